@@ -7,6 +7,8 @@ the library has to link against the very TensorFlow that will load it.
 Objects are cached in build/obj and recompiled only when a source or any
 header under tnet_ops/ changed; files compile in parallel (TNET_BUILD_JOBS,
 default: number of CPUs). TNET_EXTRA_CFLAGS adds flags (e.g. sanitizers).
+tnet_ops/bind/bind_shim.c becomes tnet/_lib/libtnet_bind.so, a separate
+LD_PRELOAD library (see tnet/bind.py).
 """
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ class BuildOps(build_ext):
         return os.path.join(*fullname.split(".")) + ".so"
 
     def build_extension(self, ext: Extension) -> None:
+        if ext.name == "tnet._lib.libtnet_bind":
+            self._build_bind_shim(ext)
+            return
         compile_flags, link_flags = _tf_flags()
         extra = shlex.split(os.environ.get("TNET_EXTRA_CFLAGS", ""))
         cxx = os.environ.get("CXX", "g++")
@@ -75,6 +80,18 @@ class BuildOps(build_ext):
         print("[tnet build] link", out, flush=True)
         subprocess.run(cmd, check=True)
 
+    def _build_bind_shim(self, ext: Extension) -> None:
+        """The LD_PRELOAD bind library (plain C, no TensorFlow; tnet/bind.py)."""
+        src = OPS / "bind" / "bind_shim.c"
+        out = pathlib.Path(self.get_ext_fullpath(ext.name))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.exists() and out.stat().st_mtime >= src.stat().st_mtime:
+            return
+        cc = os.environ.get("CC", "gcc")
+        print("[tnet build]", src.relative_to(ROOT), flush=True)
+        subprocess.run([cc, "-O2", "-fPIC", "-shared", "-Wall", "-o", str(out),
+                        str(src), "-ldl"], check=True)
+
 
 setup(
     name="tnet",
@@ -83,7 +100,8 @@ setup(
                 "training for Keras recommendation models",
     packages=find_packages(include=["tnet", "tnet.*"]),
     python_requires=">=3.10",
-    ext_modules=[Extension("tnet._lib.libtnet_ops", sources=[])],
+    ext_modules=[Extension("tnet._lib.libtnet_ops", sources=[]),
+                 Extension("tnet._lib.libtnet_bind", sources=[])],
     cmdclass={"build_ext": BuildOps},
     zip_safe=False,
 )

@@ -2,7 +2,9 @@
 
 Loads tnet's op library (before the server starts: graphs that reach this
 task need the ops registered), starts a tf.distribute.Server for this task
-of TF_CONFIG and serves until SIGTERM/SIGINT, then exits 0.
+of TF_CONFIG and serves until SIGTERM/SIGINT, then exits 0. The server
+listens only on this task's TF_CONFIG address (see tnet/bind.py; TNET_BIND=all
+restores TensorFlow's every-interface listening).
 
 The server joins in a daemon thread so the main thread stays free to handle
 signals (a Python signal handler never runs while the main thread is blocked
@@ -18,10 +20,11 @@ import tnet  # noqa: F401  (selects tf_keras before TensorFlow loads)
 import tensorflow as tf
 
 from tnet import _ops  # noqa: F401  (registers the ops in this process)
-from tnet import distribute
+from tnet import bind, distribute
 
 
 def main() -> int:
+    bind.ensure()  # listen on TF_CONFIG's address only (TNET_BIND, SECURITY.md)
     try:
         config = distribute.parse_tf_config()
     except distribute.ClusterConfigError as e:

@@ -20,6 +20,7 @@ import tnet as tn  # noqa: F401  (first: selects tf_keras)
 import tensorflow as tf
 import tf_keras
 
+from tnet import bind
 from tnet import models as tn_models
 
 FLAGS = flags.FLAGS
@@ -304,7 +305,8 @@ def export_and_check(model, spec) -> dict:
         logging.warning("tools/check_export.py not found; export not checked")
         return result
     env = {k: v for k, v in os.environ.items()
-           if k not in ("TF_CONFIG", "PYTHONPATH")}
+           if k not in ("TF_CONFIG", "PYTHONPATH", "LD_PRELOAD")
+           and not k.startswith("TNET_BIND")}
     res = subprocess.run([sys.executable, checker, "--export_dir", path,
                           "--sample", sample_path, "--tolerance",
                           str(tolerance)], env=env, capture_output=True,
@@ -355,4 +357,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    bind.ensure()  # before any server starts: keep the port on TF_CONFIG's host
     app.run(main)

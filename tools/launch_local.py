@@ -10,8 +10,9 @@ started when the chief exits, on Ctrl-C or SIGTERM. Its exit status is the
 chief's, or 1 if the chief succeeded but a ps/worker task died on its own.
 
 Each task's pid is printed as `[launch] <task> pid=<pid>` (tests use it to
-inject faults). Traffic stays on 127.0.0.1; note that TensorFlow's servers
-listen on every interface anyway (see SECURITY.md).
+inject faults). Traffic stays on 127.0.0.1, and every task listens only on
+127.0.0.1 (tnet/bind.py preloads a bind library; TNET_BIND=all turns that
+off; see SECURITY.md).
 """
 from __future__ import annotations
 
@@ -23,10 +24,25 @@ import socket
 import subprocess
 import sys
 import threading
+import importlib.util
+import pathlib
 import time
 from typing import Dict, List, Optional
 
 HOST = "127.0.0.1"
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _load_bind():
+    """tnet/bind.py without importing tnet (and so TensorFlow) here."""
+    spec = importlib.util.spec_from_file_location("_tnet_bind",
+                                                  REPO / "tnet" / "bind.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_bind = _load_bind()
 
 
 def free_ports(n: int) -> List[int]:
@@ -108,6 +124,9 @@ def run(num_ps: int, num_workers: int, command: List[str],
             {"cluster": cluster, "task": {"type": kind, "index": index}})
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         env["PYTHONUNBUFFERED"] = "1"
+        # Preload the bind library now (each task would re-exec otherwise).
+        env.update(_bind.bind_environment(env))
+        env.setdefault("TNET_BIND_QUIET", "1")
         return env
 
     status = 1
