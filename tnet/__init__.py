@@ -32,6 +32,7 @@ def _select_legacy_keras() -> None:
 
 _select_legacy_keras()
 
+from tnet import bind  # noqa: E402
 from tnet import callbacks  # noqa: E402
 from tnet import data  # noqa: E402
 from tnet import distribute  # noqa: E402
@@ -44,6 +45,6 @@ from tnet import saving  # noqa: E402
 from tnet.model import Model  # noqa: E402
 from tnet.table import SparseTable  # noqa: E402
 
-__all__ = ["SparseTable", "Model", "callbacks", "data", "distribute", "feature_column", "layers", "model",
+__all__ = ["SparseTable", "Model", "bind", "callbacks", "data", "distribute", "feature_column", "layers", "model",
            "models", "optimizer", "saving"]
 __version__ = "0.1.0"
