@@ -215,7 +215,8 @@ class TwoTower(Model):
         cand = {n: np.asarray(candidates[n]) for n in names}
         n = cand[self.item_id].shape[0]
         fn = self._cached_fn("_candidate_fn", self.candidate_embedding)
-        out = [fn({k: v[i:i + batch_size] for k, v in cand.items()}).numpy()
+        out = [fn({k: tf.constant(v[i:i + batch_size])
+                   for k, v in cand.items()}).numpy()
                for i in range(0, n, batch_size)]
         return cand[self.item_id].astype(np.int64), np.concatenate(out)
 
