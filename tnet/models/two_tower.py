@@ -246,8 +246,11 @@ class TwoTower(Model):
             if max_batches is not None and i >= max_batches:
                 break
             features = element[0] if isinstance(element, tuple) else element
-            q = query_fn(features)
-            c = cand_fn(features)
+            # only each tower's features: one trace per tower, not one per
+            # distinct feature dict
+            q = query_fn({n: features[n] for n in self.query_feature_names()})
+            c = cand_fn({n: features[n]
+                         for n in self.candidate_feature_names()})
             metric.update_state(q, c, true_candidate_ids=tf.reshape(
                 features[self.item_id], [-1]))
             examples += int(q.shape[0])
