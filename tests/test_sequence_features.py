@@ -85,14 +85,14 @@ def test_mean_pooling_matches_numpy(layout):
 
 def _attention_reference(layer, rows, query=None):
     """numpy: softmax over kept positions of key(e).q/sqrt(d) + recency."""
-    wk = layer.key_projection.kernel.numpy()
+    wk = layer.pooler.key_projection.kernel.numpy()
     if query is None:
-        q = layer.default_query.numpy()
+        q = layer.pooler.default_query.numpy()
     else:
-        q = query @ layer.query_projection.kernel.numpy()
+        q = query @ layer.pooler.query_projection.kernel.numpy()
     if rows.shape[0] == 0:
         return np.zeros(DIM)
-    recency = layer.recency.numpy()
+    recency = layer.pooler.recency.numpy()
     n = rows.shape[0]
     scores = (rows @ wk) @ q / np.sqrt(DIM) + recency[n - 1 - np.arange(n)]
     w = np.exp(scores - scores.max())
@@ -108,8 +108,8 @@ def test_attention_pooling_matches_numpy(with_query):
     query = rng.normal(size=(3, 5)).astype(np.float32) if with_query else None
     layer({"h": ids}, training=True, query=query)  # builds; inserts rows
     # non-trivial weights: the zero-initialised ones would give a plain mean
-    layer.default_query.assign(rng.normal(size=DIM).astype(np.float32))
-    layer.recency.assign([2.0, -1.0, 0.5])
+    layer.pooler.default_query.assign(rng.normal(size=DIM).astype(np.float32))
+    layer.pooler.recency.assign([2.0, -1.0, 0.5])
     out = layer({"h": ids}, training=False, query=query).numpy()
     table = layer.tables["h"]
     for i, history in enumerate(HISTORIES):
@@ -126,7 +126,7 @@ def test_attention_weights_favour_the_recency_bias():
     layer = _layer("attention")
     ids = _layouts()["padded"]
     layer({"h": ids}, training=True)
-    layer.recency.assign([50.0, 0.0, 0.0])
+    layer.pooler.recency.assign([50.0, 0.0, 0.0])
     out = layer({"h": ids}, training=False).numpy()
     table = layer.tables["h"]
     np.testing.assert_allclose(out[0], table.pull([15]).numpy()[0], atol=1e-5)

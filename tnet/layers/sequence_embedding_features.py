@@ -10,7 +10,64 @@ import tf_keras
 from tnet import feature_column as fc
 from tnet.layers.embedding_features import EmbeddingFeatures, _embed
 
+__all__ = ["SequenceEmbeddingFeatures", "SequencePooling"]
+
 POOLINGS = (None, "mean", "attention")
+
+
+class SequencePooling(tf_keras.layers.Layer):
+    """Pools left-aligned sequences [B, L, d] with lengths [B] to [B, d].
+
+    Pure TensorFlow (no table): SequenceEmbeddingFeatures uses it on the
+    rows it pulls, and a stock Keras model can use it on `Embedding`
+    outputs, so both pool identically (see SequenceEmbeddingFeatures for
+    "mean" and "attention").
+    """
+
+    def __init__(self, pooling: str, dim: int, max_length: int, **kwargs):
+        super().__init__(**kwargs)
+        if pooling not in POOLINGS or pooling is None:
+            raise ValueError(f"SequencePooling: pooling must be 'mean' or "
+                             f"'attention', got {pooling!r}")
+        self.pooling = pooling
+        self.dim = dim
+        self.max_length = max_length
+        if pooling == "attention":
+            self.key_projection = tf_keras.layers.Dense(
+                dim, use_bias=False, name="attention_key")
+            self.query_projection = tf_keras.layers.Dense(
+                dim, use_bias=False, name="attention_query")
+            self.default_query = self.add_weight(
+                name="attention_default_query", shape=[dim],
+                initializer="zeros")
+            self.recency = self.add_weight(
+                name="attention_recency", shape=[max_length],
+                initializer="zeros")
+
+    def call(self, sequence, lengths, query=None):
+        lengths = tf.cast(lengths, tf.int64)
+        mask = tf.sequence_mask(lengths, self.max_length)  # [B, L]
+        if self.pooling == "mean":
+            total = tf.reduce_sum(sequence, axis=1)
+            count = tf.cast(lengths, sequence.dtype)[:, tf.newaxis]
+            return tf.math.divide_no_nan(total, count)
+        dim = self.dim
+        keys = self.key_projection(sequence)  # [B, L, d]
+        if query is None:
+            q = tf.broadcast_to(self.default_query,
+                                [tf.shape(sequence)[0], dim])
+        else:
+            q = self.query_projection(tf.cast(query, sequence.dtype))
+        scores = tf.einsum("bld,bd->bl", keys, q) / tf.sqrt(float(dim))
+        # distance from the most recent kept event: length - 1 - position
+        distance = (lengths[:, tf.newaxis] - 1
+                    - tf.range(self.max_length, dtype=tf.int64))
+        distance = tf.clip_by_value(distance, 0, self.max_length - 1)
+        scores += tf.gather(self.recency, distance)
+        scores = tf.where(mask, scores, tf.fill(tf.shape(scores), -1e9))
+        weights = tf.nn.softmax(scores, axis=1)
+        weights *= tf.cast(mask, weights.dtype)  # empty rows -> all zero
+        return tf.einsum("bl,bld->bd", weights, sequence)
 
 
 class SequenceEmbeddingFeatures(EmbeddingFeatures):
@@ -57,23 +114,9 @@ class SequenceEmbeddingFeatures(EmbeddingFeatures):
                              f"of {POOLINGS}, got {pooling!r}")
         self.max_length = lengths.pop()
         self.pooling = pooling
-        if pooling == "attention":
-            dim = self.output_dim
-            self.key_projection = tf_keras.layers.Dense(
-                dim, use_bias=False, name="attention_key")
-            self.query_projection = tf_keras.layers.Dense(
-                dim, use_bias=False, name="attention_query")
-
-    def build(self, input_shape=None):
-        if self.pooling == "attention":
-            dim = self.output_dim
-            self.default_query = self.add_weight(
-                name="attention_default_query", shape=[dim],
-                initializer="zeros")
-            self.recency = self.add_weight(
-                name="attention_recency", shape=[self.max_length],
-                initializer="zeros")
-        super().build(input_shape)
+        self.pooler = (SequencePooling(pooling, self.output_dim,
+                                       self.max_length, name="pooling")
+                       if pooling is not None else None)
 
     def call(self, features, training=None, query=None):
         self._create_tables()
@@ -98,28 +141,7 @@ class SequenceEmbeddingFeatures(EmbeddingFeatures):
     def pool(self, sequence: tf.Tensor, lengths: tf.Tensor,
              query: Optional[tf.Tensor] = None) -> tf.Tensor:
         """[B, L, d] left-aligned sequences + lengths -> [B, d]."""
-        mask = tf.sequence_mask(lengths, self.max_length)  # [B, L]
-        if self.pooling == "mean":
-            total = tf.reduce_sum(sequence, axis=1)
-            count = tf.cast(lengths, sequence.dtype)[:, tf.newaxis]
-            return tf.math.divide_no_nan(total, count)
-        dim = self.output_dim
-        keys = self.key_projection(sequence)  # [B, L, d]
-        if query is None:
-            q = tf.broadcast_to(self.default_query,
-                                [tf.shape(sequence)[0], dim])
-        else:
-            q = self.query_projection(tf.cast(query, sequence.dtype))
-        scores = tf.einsum("bld,bd->bl", keys, q) / tf.sqrt(float(dim))
-        # distance from the most recent kept event: length - 1 - position
-        distance = (lengths[:, tf.newaxis] - 1
-                    - tf.range(self.max_length, dtype=lengths.dtype))
-        distance = tf.clip_by_value(distance, 0, self.max_length - 1)
-        scores += tf.gather(self.recency, distance)
-        scores = tf.where(mask, scores, tf.fill(tf.shape(scores), -1e9))
-        weights = tf.nn.softmax(scores, axis=1)
-        weights *= tf.cast(mask, weights.dtype)  # empty rows -> all zero
-        return tf.einsum("bl,bld->bd", weights, sequence)
+        return self.pooler(sequence, lengths, query=query)
 
     def compute_output_shape(self, input_shape):
         if self.pooling is not None:
