@@ -156,7 +156,7 @@ def test_export_top_k_equals_in_process_without_tnet(data, trained, tmp_path):
     assert info["outputs"] == ["ids", "scores"]
     assert info["retrieval"] == {"k": k, "candidates": 1682}
     # the candidate side is precomputed: its tables are not exported
-    assert set(info["tables"]) == {"user_id", "user_features", "history_item"}
+    assert set(info["tables"]) == {"user", "history_item"}
     assert tn.saving.export.tnet_ops_in(path) == {}
     sample = _query_sample(data)
     scores, ids = trained.candidate_index(data.items)(
@@ -201,7 +201,7 @@ def test_cold_start_falls_back_to_features_and_history(data, trained):
     known = {k: data.test[k][:8].copy() for k in
              ("user_id", "history", *movielens.USER_FEATURES)}
     cold = dict(known, user_id=np.arange(8, dtype=np.int64) + 50_000)
-    rows_before = int(trained.tables()["user_id"].size())
+    rows_before = int(trained.tables()["user"].size())
     inputs_known = trained.query_inputs(known).numpy()
     inputs_cold = trained.query_inputs(cold).numpy()
     dim = trained.embedding_dim
@@ -226,7 +226,7 @@ def test_cold_start_falls_back_to_features_and_history(data, trained):
     # users differing only in features / history get different queries
     assert np.abs(manual[0] - manual[1]).max() > 1e-3
     # inference never inserts a row for the unknown ids
-    assert int(trained.tables()["user_id"].size()) == rows_before
+    assert int(trained.tables()["user"].size()) == rows_before
     # a cold user with no history still gets a usable (non-NaN) ranking
     empty = dict(cold, history=np.full_like(known["history"], -1))
     q = trained.query_embedding(empty).numpy()

@@ -52,10 +52,12 @@ class TwoTower(Model):
 
     Args:
       user_id / item_id: names of the int64 id features.
-      user_features: string feature names of the user (one token each),
-        embedded through one shared table "user_features".
+      user_features: string feature names of the user (one token each).
+        They share table "user" with the user id (keys salted per column):
+        one fused lookup and one push per step for the whole user.
       item_features: string multi-valued item features (e.g. genres,
-        [B, G] padded with ""), mean-combined, in table "item_features".
+        [B, G] padded with ""), mean-combined; in table "item" with the
+        item id.
       history: name of the int64 history feature ([B, L] padded with -1,
         ragged or sparse; most recent last), or None for no history.
       history_max_length: history ids kept (the most recent).
@@ -102,10 +104,10 @@ class TwoTower(Model):
         self.embedding_dim = embedding_dim
 
         user_cols = [fc.embedding_column(fc.category_column(user_id),
-                                         embedding_dim, table="user_id")]
+                                         embedding_dim, table="user")]
         user_cols += [fc.embedding_column(
             fc.category_column(n, tf.string), embedding_dim,
-            table="user_features") for n in self.user_feature_names]
+            table="user") for n in self.user_feature_names]
         self.user_embeddings = layers.EmbeddingFeatures(
             user_cols, name="user_embeddings")
         self.history_embeddings = None
@@ -117,10 +119,10 @@ class TwoTower(Model):
                                      table="history_item")],
                 pooling=pooling, name="history_embeddings")
         item_cols = [fc.embedding_column(fc.category_column(item_id),
-                                         embedding_dim, table="item_id")]
+                                         embedding_dim, table="item")]
         item_cols += [fc.embedding_column(
             fc.category_column(n, tf.string), embedding_dim, combiner="mean",
-            table="item_features") for n in self.item_feature_names]
+            table="item") for n in self.item_feature_names]
         self.item_embeddings = layers.EmbeddingFeatures(
             item_cols, name="item_embeddings")
         self.query_tower = _tower(hidden_units, output_dim, "query_tower")
