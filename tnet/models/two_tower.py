@@ -23,7 +23,9 @@ query with `tfrs.metrics.FactorizedTopK` over a
 embeddings, computed once per evaluation here (on the chief under
 ParameterServerStrategy: the index is a dense matrix local to this process,
 and ranking the full corpus per batch on workers would duplicate it on
-every worker for no gain at this size).
+every worker for no gain at this size). Keras' `evaluate` runs the same
+loss on hold-out batches (the task carries no factorized metrics, so
+training steps never rank the corpus).
 """
 from __future__ import annotations
 

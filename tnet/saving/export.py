@@ -36,6 +36,11 @@ nothing else. After saving, every op in `saved_model.pb` is checked: an op
 whose type starts with "SparseTable" fails the export (and nothing is left
 at `export_dir`).
 
+Retrieval models: `export_for_serving(two_tower, dir, candidates=..., k=...)`
+embeds the whole candidate corpus at export time and writes a top-K
+retriever instead (query features in, {"ids", "scores"} out; only the query
+tower's tables are exported). See `tnet.saving.retrieval`.
+
 Distributed training: under ParameterServerStrategy the dense variables
 live on ps tasks. `tf.saved_model.save` already writes copies of them
 (without device placement, the default `VariablePolicy.NONE`), reading their
