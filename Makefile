@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench clean
+.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench-retrieval bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,10 @@ bench-pss: build
 bench-saving: build
 	$(PY) tools/bench_saving.py
 
-bench: bench-ops bench-train bench-pss bench-saving
+bench-retrieval: build
+	$(PY) tools/bench_retrieval.py
+
+bench: bench-ops bench-train bench-pss bench-saving bench-retrieval
 
 clean:
 	rm -rf build tnet/_lib/*.so *.egg-info

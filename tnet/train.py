@@ -4,6 +4,8 @@ Trains a ranking model (Wide&Deep, DeepFM, DCN) on Criteo, Avazu or the
 synthetic Criteo-like generator, with the Keras progress bar; evaluates AUC
 and log loss on the hold-out; writes TensorBoard logs and `summary.json`
 (config, metrics, throughput, table sizes) to --model_dir.
+`--model=two_tower --data=movielens` trains the retrieval model instead and
+evaluates recall@10/50/100 over all items (with a popularity baseline).
 
 With no flags it runs the embedded default: Wide&Deep on synthetic data.
 """
@@ -24,10 +26,25 @@ from tnet import bind
 from tnet import models as tn_models
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("model", "wide_deep", ["wide_deep", "deepfm", "dcn"],
-                  "Model architecture.")
-flags.DEFINE_enum("data", "synthetic", ["synthetic", "criteo", "avazu"],
+flags.DEFINE_enum("model", "wide_deep", ["wide_deep", "deepfm", "dcn",
+                                        "two_tower"],
+                  "Model architecture (two_tower: retrieval, with "
+                  "--data=movielens).")
+flags.DEFINE_enum("data", "synthetic", ["synthetic", "criteo", "avazu",
+                                        "movielens"],
                   "Dataset kind.")
+flags.DEFINE_string("movielens_dir", "../shared/data/movielens",
+                    "MovieLens 100k directory (ua.base/ua.test, RecBole "
+                    ".user/.item files).")
+flags.DEFINE_integer("history_max_length", 20, "two_tower: history ids "
+                     "kept (the most recent).")
+flags.DEFINE_enum("pooling", "attention", ["mean", "attention"],
+                  "two_tower: how the history sequence is pooled.")
+flags.DEFINE_bool("sampling_bias_correction", True, "two_tower: correct "
+                  "in-batch softmax logits by item frequency.")
+flags.DEFINE_float("temperature", 0.1, "two_tower: softmax temperature.")
+flags.DEFINE_integer("top_k", 100, "two_tower: ids returned by the "
+                     "exported retriever.")
 flags.DEFINE_list("train_files", [], "Training files (criteo / avazu).")
 flags.DEFINE_list("eval_files", [], "Evaluation files; default: the rows of "
                   "--train_files after --train_rows.")
@@ -187,7 +204,66 @@ class DataSpec:
                               take=self.eval_take)
 
 
+class MovielensSpec:
+    """MovieLens 100k for the two-tower model: examples in memory in one
+    process; under ParameterServerStrategy written once with
+    `Dataset.save` under --data_cache_dir so workers read pure tf.data."""
+
+    def __init__(self, distributed: bool):
+        from tnet.data import movielens  # noqa: PLC0415
+        self.movielens = movielens
+        self.data = movielens.load_movielens(FLAGS.movielens_dir,
+                                             FLAGS.history_max_length)
+        self.candidates = self.data.items
+        self.train_rows = self.data.train["item_id"].shape[0]
+        self.info = {"popularity_baseline": movielens.popularity_recall(
+            self.data.item_counts, self.data.test["item_id"])}
+        self.path = None
+        if distributed:
+            os.makedirs(FLAGS.data_cache_dir, exist_ok=True)
+            self.path = movielens.save_examples(
+                self.data.train, os.path.join(
+                    FLAGS.data_cache_dir,
+                    f"movielens-train-h{FLAGS.history_max_length}"))
+
+    def train(self, input_context=None, repeat=False):
+        if self.path is None:
+            return self.movielens.movielens_dataset(
+                self.data.train, FLAGS.batch_size,
+                shuffle_buffer=FLAGS.shuffle_buffer, seed=FLAGS.seed,
+                repeat=repeat)
+        batch = FLAGS.batch_size
+        if input_context is not None:
+            batch = input_context.get_per_replica_batch_size(batch)
+        return self.movielens.load_examples_dataset(
+            self.path, batch, shuffle_buffer=FLAGS.shuffle_buffer,
+            seed=FLAGS.seed + (input_context.input_pipeline_id
+                               if input_context is not None else 0),
+            repeat=repeat, input_context=input_context)
+
+    def eval(self):
+        return self.movielens.movielens_dataset(self.data.test, 4096)
+
+
+def _check_model_data() -> None:
+    retrieval = FLAGS.model == "two_tower"
+    if retrieval != (FLAGS.data == "movielens"):
+        raise app.UsageError("--model=two_tower goes with --data=movielens "
+                             "(and the ranking models with the CTR data)")
+
+
 def build_model(categorical, dense, string_ids):
+    if FLAGS.model == "two_tower":
+        from tnet.data.movielens import USER_FEATURES  # noqa: PLC0415
+        return tn_models.TwoTower(
+            user_features=USER_FEATURES,
+            history_max_length=FLAGS.history_max_length,
+            pooling=FLAGS.pooling, embedding_dim=FLAGS.embedding_dim,
+            hidden_units=[int(u) for u in FLAGS.hidden_units],
+            output_dim=FLAGS.embedding_dim, temperature=FLAGS.temperature,
+            sampling_probability_key=("item_prob"
+                                      if FLAGS.sampling_bias_correction
+                                      else None))
     kwargs = dict(embedding_dim=FLAGS.embedding_dim, string_ids=string_ids,
                   hidden_units=[int(u) for u in FLAGS.hidden_units])
     return _MODELS[FLAGS.model](categorical, dense, **kwargs)
@@ -220,9 +296,12 @@ def run() -> dict:
     os.makedirs(FLAGS.model_dir, exist_ok=True)
     strategy = tn.distribute.ParameterServerStrategy()
     distributed = tn.distribute.is_parameter_server_strategy(strategy)
-    spec = DataSpec(distributed)
+    _check_model_data()
+    retrieval = FLAGS.model == "two_tower"
+    spec = MovielensSpec(distributed) if retrieval else DataSpec(distributed)
     with strategy.scope():
-        model = build_model(spec.categorical, spec.dense, spec.string_ids)
+        model = (build_model(None, None, None) if retrieval else
+                 build_model(spec.categorical, spec.dense, spec.string_ids))
         model.compile(_OPTIMIZERS[FLAGS.optimizer](FLAGS.learning_rate))
     steps = -(-spec.train_rows // FLAGS.batch_size) if distributed else None
     meter = _Throughput(steps)
@@ -251,7 +330,8 @@ def run() -> dict:
     else:
         model.fit(spec.train(), epochs=FLAGS.epochs, callbacks=callbacks,
                   verbose=verbose)
-    evaluation = model.evaluate_exact(spec.eval())
+    evaluation = (model.evaluate_exact(spec.eval(), spec.candidates)
+                  if retrieval else model.evaluate_exact(spec.eval()))
     examples = meter.steps * FLAGS.batch_size
     summary = {
         "model": FLAGS.model, "data": FLAGS.data,
@@ -288,6 +368,8 @@ def export_and_check(model, spec) -> dict:
     process's on a hold-out batch."""
     import subprocess  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
+    if isinstance(spec, MovielensSpec):
+        return export_and_check_retrieval(model, spec)
     # A numbered version directory, as TF Serving expects (newest wins).
     version = os.path.join(FLAGS.export_dir, str(int(time.time())))
     path = tn.saving.export_for_serving(model, version,
@@ -311,6 +393,43 @@ def export_and_check(model, spec) -> dict:
                           "--sample", sample_path, "--tolerance",
                           str(tolerance)], env=env, capture_output=True,
                          text=True, cwd="/")
+    print(res.stdout.strip(), flush=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"the exported SavedModel failed its check:\n"
+                           f"{res.stdout}{res.stderr[-3000:]}")
+    result["checked_without_tnet"] = True
+    return result
+
+
+def export_and_check_retrieval(model, spec) -> dict:
+    """The two-tower export (query features -> top-K ids and scores),
+    reloaded in a fresh process without tnet and compared with this
+    process's BruteForce top-K on hold-out queries."""
+    import subprocess  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
+    version = os.path.join(FLAGS.export_dir, str(int(time.time())))
+    path = tn.saving.export_for_serving(model, version,
+                                        quantize=FLAGS.quantize,
+                                        candidates=spec.candidates,
+                                        k=FLAGS.top_k)
+    result = {"path": path, "quantize": FLAGS.quantize, "k": FLAGS.top_k}
+    if FLAGS.quantize is not None:
+        # quantized tables move scores, so near-ties may swap: not checked
+        return result
+    sample = {n: spec.data.test[n][:256] for n in model.query_feature_names()}
+    scores, ids = model.candidate_index(spec.candidates)(
+        model.query_embedding(sample), k=FLAGS.top_k)
+    sample_path = os.path.join(FLAGS.model_dir, "export_sample.npz")
+    np.savez(sample_path, __ids__=ids.numpy(), __scores__=scores.numpy(),
+             **{k: (v.astype("S") if v.dtype == object else v)
+                for k, v in sample.items()})
+    checker = os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "tools", "check_retrieval_export.py")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CONFIG", "PYTHONPATH")}
+    res = subprocess.run([sys.executable, checker, "--export_dir", path,
+                          "--sample", sample_path, "--tolerance", "1e-4"],
+                         env=env, capture_output=True, text=True, cwd="/")
     print(res.stdout.strip(), flush=True)
     if res.returncode != 0:
         raise RuntimeError(f"the exported SavedModel failed its check:\n"

@@ -1,4 +1,4 @@
-"""Input pipelines: Criteo and Avazu readers, synthetic Criteo-like data, exact AUC.
+"""Input pipelines: Criteo, Avazu and MovieLens readers, synthetic Criteo-like data, exact AUC.
 
 The readers are pure `tf.data` graphs (they run in a ParameterServerStrategy
 `dataset_fn`); bad rows fail with file:line or are skipped and counted
@@ -9,11 +9,13 @@ from tnet.data.avazu import AVAZU_CAT_COLUMNS, avazu_dataset
 from tnet.data.criteo import (CRITEO_CAT_COLUMNS, CRITEO_INT_COLUMNS, CRITEO_MISSING_ID,
                               criteo_csv_dataset, criteo_dataset)
 from tnet.data.metrics import auc
+from tnet.data.movielens import MovieLens, load_movielens, movielens_dataset, popularity_recall
 from tnet.data.synthetic import (CRITEO_KAGGLE_CARDINALITIES, SyntheticCriteo,
                                  synthetic_cardinalities)
 
 __all__ = [
     "AVAZU_CAT_COLUMNS", "CRITEO_CAT_COLUMNS", "CRITEO_INT_COLUMNS",
-    "CRITEO_KAGGLE_CARDINALITIES", "CRITEO_MISSING_ID", "ReadStats", "SyntheticCriteo",
-    "auc", "avazu_dataset", "criteo_csv_dataset", "criteo_dataset", "synthetic_cardinalities",
+    "CRITEO_KAGGLE_CARDINALITIES", "CRITEO_MISSING_ID", "MovieLens", "ReadStats", "SyntheticCriteo",
+    "auc", "avazu_dataset", "criteo_csv_dataset", "criteo_dataset", "load_movielens",
+    "movielens_dataset", "popularity_recall", "synthetic_cardinalities",
 ]

@@ -1,10 +1,73 @@
-"""SequenceEmbeddingFeatures: behaviour sequences as [B, L, dim] + lengths."""
+"""SequenceEmbeddingFeatures: behaviour sequences as [B, L, dim] + lengths,
+or pooled to one vector per example (mean or attention)."""
 from __future__ import annotations
 
+from typing import Optional
+
 import tensorflow as tf
+import tf_keras
 
 from tnet import feature_column as fc
 from tnet.layers.embedding_features import EmbeddingFeatures, _embed
+
+__all__ = ["SequenceEmbeddingFeatures", "SequencePooling"]
+
+POOLINGS = (None, "mean", "attention")
+
+
+class SequencePooling(tf_keras.layers.Layer):
+    """Pools left-aligned sequences [B, L, d] with lengths [B] to [B, d].
+
+    Pure TensorFlow (no table): SequenceEmbeddingFeatures uses it on the
+    rows it pulls, and a stock Keras model can use it on `Embedding`
+    outputs, so both pool identically (see SequenceEmbeddingFeatures for
+    "mean" and "attention").
+    """
+
+    def __init__(self, pooling: str, dim: int, max_length: int, **kwargs):
+        super().__init__(**kwargs)
+        if pooling not in POOLINGS or pooling is None:
+            raise ValueError(f"SequencePooling: pooling must be 'mean' or "
+                             f"'attention', got {pooling!r}")
+        self.pooling = pooling
+        self.dim = dim
+        self.max_length = max_length
+        if pooling == "attention":
+            self.key_projection = tf_keras.layers.Dense(
+                dim, use_bias=False, name="attention_key")
+            self.query_projection = tf_keras.layers.Dense(
+                dim, use_bias=False, name="attention_query")
+            self.default_query = self.add_weight(
+                name="attention_default_query", shape=[dim],
+                initializer="zeros")
+            self.recency = self.add_weight(
+                name="attention_recency", shape=[max_length],
+                initializer="zeros")
+
+    def call(self, sequence, lengths, query=None):
+        lengths = tf.cast(lengths, tf.int64)
+        mask = tf.sequence_mask(lengths, self.max_length)  # [B, L]
+        if self.pooling == "mean":
+            total = tf.reduce_sum(sequence, axis=1)
+            count = tf.cast(lengths, sequence.dtype)[:, tf.newaxis]
+            return tf.math.divide_no_nan(total, count)
+        dim = self.dim
+        keys = self.key_projection(sequence)  # [B, L, d]
+        if query is None:
+            q = tf.broadcast_to(self.default_query,
+                                [tf.shape(sequence)[0], dim])
+        else:
+            q = self.query_projection(tf.cast(query, sequence.dtype))
+        scores = tf.einsum("bld,bd->bl", keys, q) / tf.sqrt(float(dim))
+        # distance from the most recent kept event: length - 1 - position
+        distance = (lengths[:, tf.newaxis] - 1
+                    - tf.range(self.max_length, dtype=tf.int64))
+        distance = tf.clip_by_value(distance, 0, self.max_length - 1)
+        scores += tf.gather(self.recency, distance)
+        scores = tf.where(mask, scores, tf.fill(tf.shape(scores), -1e9))
+        weights = tf.nn.softmax(scores, axis=1)
+        weights *= tf.cast(mask, weights.dtype)  # empty rows -> all zero
+        return tf.einsum("bl,bld->bd", weights, sequence)
 
 
 class SequenceEmbeddingFeatures(EmbeddingFeatures):
@@ -17,11 +80,23 @@ class SequenceEmbeddingFeatures(EmbeddingFeatures):
     events (e.g. item id and item category of the history): their
     embeddings are concatenated on the last axis.
 
-    Returns (sequence [B, max_length, sum of dims], lengths int64 [B]);
-    lengths come from the first column.
+    pooling:
+      None: returns (sequence [B, max_length, sum of dims], lengths int64
+        [B]); lengths come from the first column.
+      "mean": returns [B, sum of dims], the mean over each example's kept
+        positions (zeros for an empty history).
+      "attention": returns [B, sum of dims], a softmax-weighted sum over the
+        kept positions. A position's score is `key(e_p) . q / sqrt(d) +
+        recency[length - 1 - p]`: q is the `query` passed to call (e.g. the
+        user's other features; projected to d) or, without one, a learned
+        vector; `recency` is a learned bias per distance from the most
+        recent event, because which item was watched last matters beyond
+        what it is. Padded positions get no weight; an empty history gives
+        zeros, like "mean", so both degrade the same way for new users.
     """
 
-    def __init__(self, columns, optimizer=None, **kwargs):
+    def __init__(self, columns, optimizer=None, pooling: Optional[str] = None,
+                 **kwargs):
         super().__init__(columns, optimizer=optimizer, **kwargs)
         lengths = set()
         for col in self._columns:
@@ -34,9 +109,16 @@ class SequenceEmbeddingFeatures(EmbeddingFeatures):
         if len(lengths) != 1:
             raise ValueError("SequenceEmbeddingFeatures: all columns must "
                              f"have the same max_length, got {sorted(lengths)}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"SequenceEmbeddingFeatures: pooling must be one "
+                             f"of {POOLINGS}, got {pooling!r}")
         self.max_length = lengths.pop()
+        self.pooling = pooling
+        self.pooler = (SequencePooling(pooling, self.output_dim,
+                                       self.max_length, name="pooling")
+                       if pooling is not None else None)
 
-    def call(self, features, training=None):
+    def call(self, features, training=None, query=None):
         self._create_tables()
         parts = _embed(self, features, training, sequence=True)
         seqs, lengths = [], None
@@ -49,8 +131,20 @@ class SequenceEmbeddingFeatures(EmbeddingFeatures):
                 lengths = tf.math.unsorted_segment_sum(tf.ones_like(rows),
                                                        rows, batch)
         out = tf.concat(seqs, axis=-1) if len(seqs) > 1 else seqs[0]
-        return out, lengths
+        if self.pooling is None:
+            if query is not None:
+                raise ValueError("SequenceEmbeddingFeatures: a query is only "
+                                 "used with pooling='attention'")
+            return out, lengths
+        return self.pool(out, lengths, query)
+
+    def pool(self, sequence: tf.Tensor, lengths: tf.Tensor,
+             query: Optional[tf.Tensor] = None) -> tf.Tensor:
+        """[B, L, d] left-aligned sequences + lengths -> [B, d]."""
+        return self.pooler(sequence, lengths, query=query)
 
     def compute_output_shape(self, input_shape):
+        if self.pooling is not None:
+            return tf.TensorShape([None, self.output_dim])
         return (tf.TensorShape([None, self.max_length, self.output_dim]),
                 tf.TensorShape([None]))

@@ -36,6 +36,11 @@ nothing else. After saving, every op in `saved_model.pb` is checked: an op
 whose type starts with "SparseTable" fails the export (and nothing is left
 at `export_dir`).
 
+Retrieval models: `export_for_serving(two_tower, dir, candidates=..., k=...)`
+embeds the whole candidate corpus at export time and writes a top-K
+retriever instead (query features in, {"ids", "scores"} out; only the query
+tower's tables are exported). See `tnet.saving.retrieval`.
+
 Distributed training: under ParameterServerStrategy the dense variables
 live on ps tasks. `tf.saved_model.save` already writes copies of them
 (without device placement, the default `VariablePolicy.NONE`), reading their
@@ -157,8 +162,9 @@ def quantize_int8(weights: np.ndarray):
 
 
 def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
-                       input_signature: Optional[Mapping[str, tf.TensorSpec]] = None
-                       ) -> str:
+                       input_signature: Optional[Mapping[str, tf.TensorSpec]] = None,
+                       candidates: Optional[Mapping[str, Any]] = None,
+                       k: int = 100) -> str:
     """Writes `model` as a SavedModel that stock TensorFlow serves.
 
     Args:
@@ -175,9 +181,15 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
         `tn.models.CTRModel`, to one `[None]` tensor per feature (ids int64
         or string as the columns declare, dense features float32).
 
+      candidates: for a retrieval model (`tn.models.TwoTower`): the
+        candidate features of the whole corpus ({name: array [N, ...]}, ids
+        included). They are embedded here, once, and the export becomes a
+        top-K retriever (see `tnet.saving.retrieval`).
+      k: with candidates, how many (id, score) pairs a query returns.
+
     Returns the export directory. The SavedModel's "serving_default"
     signature takes the features by name and returns {"prediction": model
-    output}. `export_info.json` beside `saved_model.pb` lists the tables
+    output} (a retrieval export: {"ids": [B, k] int64, "scores": [B, k]}). `export_info.json` beside `saved_model.pb` lists the tables
     (rows, dims, bytes) and the quantize mode.
     """
     if quantize not in QUANTIZE_MODES:
@@ -188,6 +200,12 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
             "export_for_serving was called inside a distribution strategy "
             "scope; call it outside `strategy.scope()` so the export's "
             "variables are created locally, not on ps tasks")
+    retrieval = None
+    if candidates is not None:
+        from tnet.saving import retrieval as retrieval_lib  # noqa: PLC0415
+        retrieval = retrieval_lib.RetrievalExport(model, candidates, k)
+        if input_signature is None:
+            input_signature = retrieval.input_signature()
     signature = _input_signature(model, input_signature)
     export_dir = os.path.abspath(os.fspath(export_dir))
     if os.path.exists(export_dir) and (not os.path.isdir(export_dir)
@@ -201,7 +219,7 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(export_dir)}.tmp-",
                            dir=parent)
     try:
-        info = _write(model, tmp, quantize, signature)
+        info = _write(model, tmp, quantize, signature, retrieval)
         with open(os.path.join(tmp, INFO_FILE), "w") as f:
             json.dump(info, f, indent=2, sort_keys=True)
         if os.path.isdir(export_dir):
@@ -214,8 +232,12 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
 
 
 def _write(model, path: str, quantize: Optional[str],
-           signature: Dict[str, tf.TensorSpec]) -> Dict[str, Any]:
+           signature: Dict[str, tf.TensorSpec], retrieval=None
+           ) -> Dict[str, Any]:
     tables = _model_tables(model)
+    if retrieval is not None:
+        # The candidate side is precomputed: only the query's tables serve.
+        tables = retrieval.query_tables(tables)
     module = tf.Module(name="tnet_serving")
     # tf.device(None) clears any caller's device scope while the export's
     # tables and variables are created and the model is traced. (The saver
@@ -236,6 +258,10 @@ def _write(model, path: str, quantize: Optional[str],
             prediction = model(features, training=False)
             return {OUTPUT_KEY: tf.identity(prediction, name=OUTPUT_KEY)}
 
+        if retrieval is not None:
+            module.retrieval = retrieval.build_index()
+            serve = retrieval.serve_fn(module.retrieval)
+
         with lookup.serving_lookups(overrides):
             concrete = tf.function(serve, input_signature=[signature],
                                    autograph=False).get_concrete_function()
@@ -243,6 +269,8 @@ def _write(model, path: str, quantize: Optional[str],
     # an obscure "untracked resource" error about the table's handle.
     _raise_if_tnet_ops(_ops_of(concrete.graph.as_graph_def()), "traced")
     own = {id(v) for t in serving.values() for v in t.variables}
+    if retrieval is not None:
+        own |= {id(v) for v in module.retrieval.variables}
     dense = [v for v in concrete.variables if id(v) not in own]
     # Tracked in a list, not through the Keras model: see the module doc.
     module.dense_variables = dense
@@ -260,7 +288,9 @@ def _write(model, path: str, quantize: Optional[str],
         "quantize": quantize,
         "signature": SIGNATURE_KEY,
         "inputs": {n: s.dtype.name for n, s in sorted(signature.items())},
-        "outputs": [OUTPUT_KEY],
+        "outputs": ([OUTPUT_KEY] if retrieval is None
+                    else list(retrieval.OUTPUT_KEYS)),
+        **({} if retrieval is None else {"retrieval": retrieval.info()}),
         "tables": entries,
         "dense_variables": len(dense),
         "dense_bytes": int(sum(v.shape.num_elements() * v.dtype.size
