@@ -386,12 +386,9 @@ def export_and_check(model, spec) -> dict:
     if not os.path.exists(checker):
         logging.warning("tools/check_export.py not found; export not checked")
         return result
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TF_CONFIG", "PYTHONPATH", "LD_PRELOAD")
-           and not k.startswith("TNET_BIND")}
     res = subprocess.run([sys.executable, checker, "--export_dir", path,
                           "--sample", sample_path, "--tolerance",
-                          str(tolerance)], env=env, capture_output=True,
+                          str(tolerance)], env=_checker_env(), capture_output=True,
                          text=True, cwd="/")
     print(res.stdout.strip(), flush=True)
     if res.returncode != 0:
@@ -425,17 +422,23 @@ def export_and_check_retrieval(model, spec) -> dict:
                 for k, v in sample.items()})
     checker = os.path.join(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))), "tools", "check_retrieval_export.py")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("TF_CONFIG", "PYTHONPATH")}
     res = subprocess.run([sys.executable, checker, "--export_dir", path,
                           "--sample", sample_path, "--tolerance", "1e-4"],
-                         env=env, capture_output=True, text=True, cwd="/")
+                         env=_checker_env(), capture_output=True, text=True,
+                         cwd="/")
     print(res.stdout.strip(), flush=True)
     if res.returncode != 0:
         raise RuntimeError(f"the exported SavedModel failed its check:\n"
                            f"{res.stdout}{res.stderr[-3000:]}")
     result["checked_without_tnet"] = True
     return result
+
+
+def _checker_env() -> dict:
+    """The environment of an export check: no tnet, no cluster, no preload."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("TF_CONFIG", "PYTHONPATH", "LD_PRELOAD")
+            and not k.startswith("TNET_BIND")}
 
 
 def _write_summary(summary: dict) -> None:
