@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench clean
+.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench clean soak
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ bench-pss: build
 
 bench-saving: build
 	$(PY) tools/bench_saving.py
+
+# Soak: a 2 ps x 2 worker cluster trains for SOAK_MINUTES on a bounded key
+# space; RSS of every process and table size are sampled (tools/soak.py).
+SOAK_MINUTES ?= 10
+soak: build
+	$(PY) tools/soak.py --minutes $(SOAK_MINUTES)
 
 bench: bench-ops bench-train bench-pss bench-saving
 
