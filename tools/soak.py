@@ -197,6 +197,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--warmup_fraction", type=float, default=0.3)
     p.add_argument("--slack_mb", type=float, default=48.0)
     p.add_argument("--out", default=RESULTS_DIR)
+    p.add_argument("--name", default="soak", help="results file prefix")
     args = p.parse_args(argv)
 
     run = ClusterRun(args)
@@ -227,7 +228,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "samples": samples, "tables": run.tables,
     }
     os.makedirs(args.out, exist_ok=True)
-    base = os.path.join(args.out, f"soak-{date}")
+    base = os.path.join(args.out, f"{args.name}-{date}")
     with open(base + ".json", "w") as f:
         json.dump(result, f, indent=1)
     with open(base + ".md", "w") as f:
