@@ -196,17 +196,17 @@ def criteo_lines() -> list[str]:
         return f.read().splitlines()[:400]
 
 
-@pytest.mark.parametrize("seed,block", [(0, 1 << 20), (1, 97), (2, 4096)])
+@pytest.mark.parametrize("seed,block", [(0, 1 << 20), (1, 97)])
 def test_criteo_corpus_skip_matches_python_model(tmp_path, criteo_lines, seed, block):
     rng = np.random.default_rng(seed)
-    good = criteo_lines[seed * 100:seed * 100 + 200]
+    good = criteo_lines[seed * 150:seed * 150 + 150]
     data = make_corpus(good, criteo_damage(rng), rng)
     path = tmp_path / "damaged.tsv"
     path.write_bytes(data)
     ref = reference(data, criteo_ok)
     bad = [n for n, _, ok in ref if not ok]
     kept = [l.decode() for _, l, ok in ref if ok]
-    assert len(bad) > 60 and len(kept) >= 200  # a real mix (a few damages are valid)
+    assert len(bad) > 45 and len(kept) >= 150  # a real mix (a few damages are valid)
     clean = tmp_path / "clean.tsv"
     clean.write_text("".join(l + "\n" for l in kept))
 
@@ -221,33 +221,28 @@ def test_criteo_corpus_skip_matches_python_model(tmp_path, criteo_lines, seed, b
     assert_criteo_equal(feats, labels, *python_criteo(kept))
 
 
-def test_criteo_each_damage_fails_at_its_line(tmp_path, criteo_lines):
-    """fail mode: every kind of damage alone, at a random line, in the second
-    of two files: the error names that file and line."""
+def test_criteo_damage_fails_at_its_line(tmp_path, criteo_lines):
+    """fail mode: kinds of damage not in tests/test_data.py, each alone at a
+    random line of the second of two files: the error names that file and
+    line (garbage may hold newlines: the line is the model's first bad one)."""
     rng = np.random.default_rng(7)
     first = tmp_path / "first.tsv"
     first.write_text("\n".join(criteo_lines[:30]) + "\n")
     damage = criteo_damage(rng)
-    checked = 0
-    for kind, make in sorted(damage.items()):
+    for kind in ("garbage", "bom", "cr_inside", "double_cr", "hex_0x", "plus_sign",
+                 "nul_in_field", "utf8"):
         lines = [l.encode() for l in criteo_lines[:12]]
         at = int(rng.integers(0, 12))
-        lines[at] = make(criteo_lines[at])
+        lines[at] = damage[kind](criteo_lines[at])
         data = b"\n".join(lines) + b"\n"
-        ref = reference(data, criteo_ok)
-        bad = [n for n, _, ok in ref if not ok]
+        bad = [n for n, _, ok in reference(data, criteo_ok) if not ok]
+        assert bad, kind
         path = tmp_path / f"{kind}.tsv"
         path.write_bytes(data)
-        if not bad:
-            assert kind in ("int_18_digits", "negative_int"), kind
-            assert collect(td.criteo_dataset([first, path], 8))[1].shape == (42,)
-            continue
         with pytest.raises(tf.errors.InvalidArgumentError) as err:
             collect(td.criteo_dataset([first, path], 8))
         assert f"{path}:{bad[0]}: " in err.value.message, (kind, err.value.message[:500])
         assert "bad_rows=skip" in err.value.message
-        checked += 1
-    assert checked >= len(damage) - 2
 
 
 def _fit_snapshot(model_fn, ds) -> list[bytes]:
@@ -264,7 +259,7 @@ def _fit_snapshot(model_fn, ds) -> list[bytes]:
 
 def test_criteo_fit_on_damaged_file_equals_fit_on_clean(tmp_path, criteo_lines):
     rng = np.random.default_rng(11)
-    data = make_corpus(criteo_lines[:300], criteo_damage(rng), rng)
+    data = make_corpus(criteo_lines[:160], criteo_damage(rng), rng)
     path = tmp_path / "damaged.tsv"
     path.write_bytes(data)
     clean = tmp_path / "clean.tsv"
@@ -281,58 +276,54 @@ def test_criteo_fit_on_damaged_file_equals_fit_on_clean(tmp_path, criteo_lines):
     assert len(a) == len(b) and all(x == y for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("1.", 1.0), ("1.e5", 1e5), (".5", 0.5), ("-.5", -0.5), ("1E+05", 1e5), ("-0", 0.0),
-    ("9" * 18 + "e99", 9.99999999999999999e116), ("1e-99", 1e-99),
-    ("1." + "9" * 3000, 2.0), ("0." + "0" * 3000 + "1", 0.0),
-])
-def test_criteo_csv_numbers_match_python_float(tmp_path, text, expected):
-    """CSV dense values: every accepted spelling decodes like float()."""
-    row = ["1", text] + ["3"] * 12 + ["0a0b0c0d"] * 26
-    path = tmp_path / "n.csv"
-    path.write_text(",".join(["label", *td.CRITEO_INT_COLUMNS, *td.CRITEO_CAT_COLUMNS])
-                    + "\n" + ",".join(row) + "\n")
-    assert float(text) == pytest.approx(expected, rel=1e-12)
-    feats, _ = collect(td.criteo_csv_dataset(path, 4))
-    want = np.float32(math.log1p(float(text))) if float(text) > 0 else np.float32(0)
-    np.testing.assert_allclose(feats["I1"], [want], rtol=1e-6)
+CSV_HEADER = ",".join(["label", *td.CRITEO_INT_COLUMNS, *td.CRITEO_CAT_COLUMNS])
+CSV_NUMBERS = ["1.", "1.e5", ".5", "-.5", "1E+05", "-0", "9" * 18 + "e99", "1e-99",
+               "1." + "9" * 3000, "0." + "0" * 3000 + "1", "123456789012345678"]
+CSV_NOT_NUMBERS = ["nan", "inf", "-inf", "1e999", "1_000", "+1", " 1", "1.5.5", "0x10",
+                   "1e", ".", "1" * 19]
 
 
-@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "1e999", "1_000", "+1", " 1",
-                                  "1.5.5", "0x10", "1e", "."])
-def test_criteo_csv_rejects_non_numbers(tmp_path, text):
-    header = ",".join(["label", *td.CRITEO_INT_COLUMNS, *td.CRITEO_CAT_COLUMNS])
-    row = ["1", text] + ["3"] * 12 + ["0a0b0c0d"] * 26
+def test_criteo_csv_numbers_match_python_float_and_junk_is_named(tmp_path):
+    """CSV dense values: every accepted spelling decodes like float(); the
+    rest (NaN, inf, 3-digit exponents, Python-only spellings) are bad rows
+    named by line and column."""
+    rows = [(t, True) for t in CSV_NUMBERS] + [(t, False) for t in CSV_NOT_NUMBERS]
+    np.random.default_rng(3).shuffle(rows)
     path = tmp_path / "n.csv"
-    path.write_text(header + "\n" + ",".join(["0"] + ["1"] * 13 + [""] * 26) + "\n"
-                    + ",".join(row) + "\n")
+    path.write_text(CSV_HEADER + "\n" + "".join(
+        ",".join(["1", t] + ["3"] * 12 + ["0a0b0c0d"] * 26) + "\n" for t, _ in rows))
+    stats = td.ReadStats(max_examples=100)
+    feats, _ = collect(td.criteo_csv_dataset(path, 4, bad_rows="skip", stats=stats))
+    good = [t for t, ok in rows if ok]
+    want = [np.float32(math.log1p(float(t))) if float(t) > 0 else np.float32(0) for t in good]
+    np.testing.assert_allclose(feats["I1"], want, rtol=1e-6)
+    bad_lines = [n for n, (_, ok) in enumerate(rows, 2) if not ok]
+    assert _example_lines(stats, path) == bad_lines
+    assert all(" I1 `" in e and "is not a number or empty" in e for e in stats.examples)
     with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=rf"{re.escape(str(path))}:3: I1 .* is not a number or empty"):
+                       match=rf"{re.escape(str(path))}:{bad_lines[0]}: I1 "):
         collect(td.criteo_csv_dataset(path, 4))
-    stats = td.ReadStats()
-    assert collect(td.criteo_csv_dataset(path, 4, bad_rows="skip", stats=stats))[1].shape == (1,)
-    assert stats.skipped == 1
 
 
 @pytest.mark.parametrize("reader,header", [
-    (td.criteo_csv_dataset, ",".join(["label", *td.CRITEO_INT_COLUMNS, *td.CRITEO_CAT_COLUMNS])),
-    (td.avazu_dataset, ",".join(AVAZU_RAW_COLUMNS)),
-])
-@pytest.mark.parametrize("body", [b"", b"\n", b"\r\n"])
-def test_header_only_and_empty_files_yield_no_rows(tmp_path, reader, header, body):
-    for name, data in (("empty", b""), ("header", header.encode() + body)):
-        path = tmp_path / f"{name}.csv"
-        path.write_bytes(data)
-        for mode in ("fail", "skip"):
-            stats = td.ReadStats()
-            assert collect(reader(path, 4, bad_rows=mode, stats=stats))[1] is None
-            assert (stats.lines_read, stats.skipped) == (0, 0)
+    (td.criteo_csv_dataset, CSV_HEADER), (td.avazu_dataset, ",".join(AVAZU_RAW_COLUMNS))])
+def test_header_only_and_empty_files_yield_no_rows(tmp_path, reader, header):
+    files = []
+    for name, data in (("empty", b""), ("header", header.encode()),
+                       ("header_lf", header.encode() + b"\n"),
+                       ("header_crlf", header.encode() + b"\r\n")):
+        files.append(tmp_path / f"{name}.csv")
+        files[-1].write_bytes(data)
+    for mode in ("fail", "skip"):
+        stats = td.ReadStats()
+        assert collect(reader(files, 4, bad_rows=mode, stats=stats))[1] is None
+        assert (stats.lines_read, stats.skipped) == (0, 0)
     # A header with a byte-order mark is not the header: named at line 1.
     bom = tmp_path / "bom.csv"
     bom.write_bytes(b"\xef\xbb\xbf" + header.encode() + b"\n")
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match=rf"{re.escape(str(bom))}:1: header does not match"):
-        collect(reader(bom, 4, bad_rows="skip"))
+        collect(reader([files[1], bom], 4, bad_rows="skip"))
 
 
 # ----------------------------------------------------------------- Avazu
@@ -378,7 +369,7 @@ def avazu_damage(rng) -> dict:
     }
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [1])
 def test_avazu_corpus_skip_matches_python_model(tmp_path, avazu_lines, seed):
     header, lines = avazu_lines
     rng = np.random.default_rng(seed)
