@@ -37,7 +37,12 @@ fsynced, the manifest written last, then the directory is renamed to
 checkpoints untouched; the next save removes the stale temp directory.
 `keep=N` deletes older checkpoints only after the new one is complete, and
 never one that a kept delta still needs. One process saves into a directory
-at a time (under ParameterServerStrategy: the chief).
+at a time (under ParameterServerStrategy: the chief). A write failure (disk
+full, permissions, I/O) raises `CheckpointWriteError` (a `CheckpointError`
+and an `OSError`) naming the checkpoint and the newest complete one; a full
+checkpoint that cannot fit in the free space is refused before writing,
+because HDF5 running out of space mid-file can leave h5py unusable for the
+rest of the process (tests/test_faults.py).
 
 Incremental checkpoints (`incremental=True`): a delta holds the rows that
 differ from the parent checkpoint (new keys and changed rows) plus the keys
