@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import tempfile
 import time
 
@@ -87,6 +88,7 @@ def main() -> None:
         model = WideDeep(CATS, DENSE, embedding_dim=16, hidden_units=[64, 32])
         model.compile(tn.optimizer.Adagrad(0.05))
     callbacks: list = [Report(args.minutes * 60)]
+    directory = None
     if args.checkpoint_every:
         directory = args.checkpoint_dir or tempfile.mkdtemp(prefix="tnet_soak_ckpt_")
         callbacks.insert(0, tn.callbacks.Checkpoint(
@@ -100,6 +102,8 @@ def main() -> None:
         data = make_dataset(args.keys, args.batch, 0)
     model.fit(data, epochs=10**6, steps_per_epoch=args.steps_per_epoch,
               callbacks=callbacks, verbose=0)
+    if directory and not args.checkpoint_dir:
+        shutil.rmtree(directory, ignore_errors=True)
     print("SOAK_DONE", flush=True)
 
 
