@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench-retrieval bench clean
+.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench-retrieval bench clean soak
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,12 @@ bench-retrieval: build
 	$(PY) tools/bench_retrieval.py
 
 bench: bench-ops bench-train bench-pss bench-saving bench-retrieval
+
+# Soak: a 2 ps x 2 worker cluster trains for SOAK_MINUTES on a bounded key
+# space; RSS of every process and table size are sampled (tools/soak.py).
+SOAK_MINUTES ?= 10
+soak: build
+	$(PY) tools/soak.py --minutes $(SOAK_MINUTES)
 
 clean:
 	rm -rf build tnet/_lib/*.so *.egg-info

@@ -420,21 +420,32 @@ def _account(fmt, paths_t, seen, element, stats, log_limit):
     bad = tf.logical_not(ok)
     n_bad = tf.reduce_sum(tf.cast(bad, tf.int64))
     n_log = tf.clip_by_value(log_limit - seen, 0, n_bad)
+    # Rows to describe: the logged ones, and as many as `stats` keeps
+    # (its max_examples may exceed log_limit).
+    n_keep = 0 if stats is None else stats.max_examples
+    n_desc = tf.maximum(n_log, tf.clip_by_value(n_keep - seen, 0, n_bad))
 
     def report():
-        idx = tf.where(bad)[:n_log, 0]
+        idx = tf.where(bad)[:n_desc, 0]
         text = describe(fmt, paths_t, tf.gather(keys, idx), tf.gather(lines, idx))
         more = tf.where(seen + n_bad > log_limit,
                         f"\nW tnet.data: more malformed {fmt.name} rows are skipped "
                         "without logging (count them with tnet.data.ReadStats)", "")
-        printed = tf.print(tf.strings.join([
-            tf.strings.reduce_join(tf.strings.join(
-                [f"W tnet.data: skipping malformed {fmt.name} row ", text]), separator="\n"),
-            more]), output_stream=sys.stderr)
+
+        def log():
+            op = tf.print(tf.strings.join([
+                tf.strings.reduce_join(tf.strings.join(
+                    [f"W tnet.data: skipping malformed {fmt.name} row ", text[:n_log]]),
+                    separator="\n"),
+                more]), output_stream=sys.stderr)
+            with tf.control_dependencies([op]):
+                return tf.constant(True)
+
+        printed = tf.cond(n_log > 0, log, lambda: tf.constant(False))
         with tf.control_dependencies([printed]):
             return tf.identity(text)
 
-    described = tf.cond(n_log > 0, report, lambda: tf.zeros([0], tf.string))
+    described = tf.cond(n_desc > 0, report, lambda: tf.zeros([0], tf.string))
     deps = [described]
     if stats is not None:
         n = tf.size(lines, out_type=tf.int64)

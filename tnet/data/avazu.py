@@ -30,7 +30,14 @@ AVAZU_CAT_COLUMNS: tuple[str, ...] = tuple(
     c for c in AVAZU_RAW_COLUMNS if c not in ("id", "click")) + ("hour_of_day", "weekday")
 
 _TOKEN = Field("", r"[!-+\--~]*", "printable ASCII without commas")
-_HOUR = r"[0-9]{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12][0-9]|3[01])(?:[01][0-9]|2[0-3])"
+# YYMMDDHH of a real date in 2000-2099 (an impossible date such as Feb 30
+# would otherwise get a made-up weekday): days 1-28 of any month, 29-30 of
+# any month but February, 31 of the long months, Feb 29 of leap years (in
+# 2000-2099: YY divisible by 4).
+_MONTH_DAY = (r"(?:(?:0[1-9]|1[0-2])(?:0[1-9]|1[0-9]|2[0-8])|(?:0[13-9]|1[0-2])(?:29|30)"
+              r"|(?:0[13578]|1[02])31)")
+_LEAP_YY = r"(?:[02468][048]|[13579][26])"
+_HOUR = rf"(?:[0-9]{{2}}{_MONTH_DAY}|{_LEAP_YY}0229)(?:[01][0-9]|2[0-3])"
 
 
 def _field(name: str) -> Field:
