@@ -41,13 +41,19 @@ struct alignas(64) SparseTable::Stripe {
   std::mutex mu;
   HashIndex index;
   RowArena arena;
-  // Admission: key -> show count so far, for keys without a row.
-  std::unordered_map<int64_t, float> pending;
+  // Admission: key -> show count so far (and when it last changed), for
+  // keys without a row.
+  struct Pending {
+    float count;
+    uint32_t tick;
+  };
+  std::unordered_map<int64_t, Pending> pending;
+  uint32_t tick = 0;  // bumped on every pending update
   size_t pending_cap = 0;
   uint64_t row_cap = 0;  // 0 = unbounded
 
   // Rough heap bytes of `pending`: the bucket array plus one node (next
-  // pointer, key, count; 32 bytes after malloc rounding) per entry.
+  // pointer, key, count, tick; 32 bytes after malloc rounding) per entry.
   uint64_t PendingBytes() const {
     return pending.bucket_count() * sizeof(void*) + pending.size() * 32;
   }
@@ -148,13 +154,14 @@ char* SparseTable::FindOrAdmit(Stripe* s, int64_t key, uint64_t h, float show,
       key, h, [&arena](uint32_t r) { return KeyOf(arena.Row(r)); });
   if (id != HashIndex::kNotFound) return s->arena.Row(id);
   auto it = s->pending.find(key);
-  const float count = (it == s->pending.end() ? 0.0f : it->second) + show;
+  const float count = (it == s->pending.end() ? 0.0f : it->second.count) + show;
   if (count < config_.min_count) {
     rejected_.fetch_add(1, std::memory_order_relaxed);
+    const uint32_t tick = ++s->tick;
     if (it != s->pending.end()) {
-      it->second = count;
+      it->second = {count, tick};
     } else {
-      s->pending.emplace(key, count);
+      s->pending.emplace(key, Stripe::Pending{count, tick});
       if (s->pending.size() > s->pending_cap) DropPending(s);
     }
     return nullptr;
@@ -170,24 +177,29 @@ char* SparseTable::FindOrAdmit(Stripe* s, int64_t key, uint64_t h, float show,
 }
 
 void SparseTable::DropPending(Stripe* s) {
-  std::vector<float> counts;
-  counts.reserve(s->pending.size());
-  for (const auto& kv : s->pending) counts.push_back(kv.second);
-  // Drop every key whose count is at most the median: at least half.
-  const size_t mid = counts.size() / 2;
-  std::nth_element(counts.begin(), counts.begin() + mid, counts.end());
-  const float median = counts[mid];
-  int64_t dropped = 0;
-  for (auto it = s->pending.begin(); it != s->pending.end();) {
-    if (it->second <= median) {
-      it = s->pending.erase(it);
-      ++dropped;
-    } else {
-      ++it;
-    }
+  // Drops half the map: the lowest counts, and among equal counts the
+  // least recently counted (ticks are distinct, so exactly half goes).
+  struct Entry {
+    float count;
+    uint32_t age;  // ticks since the last update (wrap-safe)
+    int64_t key;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(s->pending.size());
+  for (const auto& kv : s->pending) {
+    entries.push_back({kv.second.count, s->tick - kv.second.tick, kv.first});
   }
+  const size_t drop = entries.size() / 2;
+  if (drop == 0) return;
+  std::nth_element(entries.begin(), entries.begin() + (drop - 1),
+                   entries.end(), [](const Entry& a, const Entry& b) {
+                     if (a.count != b.count) return a.count < b.count;
+                     return a.age > b.age;
+                   });
+  for (size_t i = 0; i < drop; ++i) s->pending.erase(entries[i].key);
   s->pending.rehash(0);
-  pending_dropped_.fetch_add(dropped, std::memory_order_relaxed);
+  pending_dropped_.fetch_add(static_cast<int64_t>(drop),
+                             std::memory_order_relaxed);
 }
 
 int64_t SparseTable::EnforceCap(Stripe* s) {

@@ -94,9 +94,10 @@ class SparseTable {
   // count and last_step = step, and applies no gradient (the gradient was
   // computed against the zeros the key read). Pending counts live in an
   // exact per-stripe map of at most admission_capacity / num_stripes keys;
-  // when a stripe's map is full, the lower-count half of its keys is dropped
-  // (pending_dropped): those keys start counting again, so a key is admitted
-  // late, never early (no false admissions).
+  // when a stripe's map is full, half of its keys are dropped (lowest counts
+  // first, least recently counted first among equal counts; pending_dropped):
+  // those keys start counting again, so a key is admitted late, never early
+  // (no false admissions).
   //
   // Cap (max_rows > 0): each stripe holds at most its share of max_rows
   // (the shares sum to max_rows). When an operation leaves a stripe above
@@ -191,7 +192,7 @@ class SparseTable {
   // admitted by this call (no gradient must be applied).
   char* FindOrAdmit(Stripe* s, int64_t key, uint64_t h, float show,
                     float click, int64_t step, bool* ok, bool* fresh);
-  // Drops the lower-count half of a full pending map.
+  // Drops half of a full pending map (lowest count, then oldest, first).
   void DropPending(Stripe* s);
   // Frees the stripe's lowest-show rows if it is above its row cap; returns
   // how many. Caller holds the lock.
