@@ -43,20 +43,12 @@ struct alignas(64) SparseTable::Stripe {
   RowArena arena;
   // Admission: key -> show count so far (and when it last changed), for
   // keys without a row.
-  struct Pending {
-    float count;
-    uint32_t tick;
-  };
-  std::unordered_map<int64_t, Pending> pending;
+  PendingMap pending;
   uint32_t tick = 0;  // bumped on every pending update
   size_t pending_cap = 0;
   uint64_t row_cap = 0;  // 0 = unbounded
 
-  // Rough heap bytes of `pending`: the bucket array plus one node (next
-  // pointer, key, count, tick; 32 bytes after malloc rounding) per entry.
-  uint64_t PendingBytes() const {
-    return pending.bucket_count() * sizeof(void*) + pending.size() * 32;
-  }
+  uint64_t PendingBytes() const { return pending.MemoryBytes(); }
 };
 
 SparseTable::SparseTable(const TableConfig& config)
@@ -153,20 +145,21 @@ char* SparseTable::FindOrAdmit(Stripe* s, int64_t key, uint64_t h, float show,
   const uint32_t id = s->index.Find(
       key, h, [&arena](uint32_t r) { return KeyOf(arena.Row(r)); });
   if (id != HashIndex::kNotFound) return s->arena.Row(id);
-  auto it = s->pending.find(key);
-  const float count = (it == s->pending.end() ? 0.0f : it->second.count) + show;
+  PendingMap::Slot* p = s->pending.Find(key, h);
+  const float count = (p == nullptr ? 0.0f : p->count) + show;
   if (count < config_.min_count) {
     rejected_.fetch_add(1, std::memory_order_relaxed);
     const uint32_t tick = ++s->tick;
-    if (it != s->pending.end()) {
-      it->second = {count, tick};
+    if (p != nullptr) {
+      p->count = count;
+      p->tick = tick;
     } else {
-      s->pending.emplace(key, Stripe::Pending{count, tick});
+      s->pending.Insert(key, h, count, tick);
       if (s->pending.size() > s->pending_cap) DropPending(s);
     }
     return nullptr;
   }
-  if (it != s->pending.end()) s->pending.erase(it);
+  if (p != nullptr) s->pending.Erase(p);
   bool inserted = false;
   char* row = FindOrInsert(s, key, h, ok, &inserted);
   if (row == nullptr) return nullptr;
@@ -182,22 +175,27 @@ void SparseTable::DropPending(Stripe* s) {
   struct Entry {
     float count;
     uint32_t age;  // ticks since the last update (wrap-safe)
-    int64_t key;
   };
   std::vector<Entry> entries;
   entries.reserve(s->pending.size());
-  for (const auto& kv : s->pending) {
-    entries.push_back({kv.second.count, s->tick - kv.second.tick, kv.first});
-  }
+  const uint32_t now = s->tick;
+  s->pending.ForEach([&](const PendingMap::Slot& e) {
+    entries.push_back({e.count, now - e.tick});
+  });
   const size_t drop = entries.size() / 2;
   if (drop == 0) return;
+  auto colder = [](const Entry& a, const Entry& b) {
+    if (a.count != b.count) return a.count < b.count;
+    return a.age > b.age;
+  };
   std::nth_element(entries.begin(), entries.begin() + (drop - 1),
-                   entries.end(), [](const Entry& a, const Entry& b) {
-                     if (a.count != b.count) return a.count < b.count;
-                     return a.age > b.age;
-                   });
-  for (size_t i = 0; i < drop; ++i) s->pending.erase(entries[i].key);
-  s->pending.rehash(0);
+                   entries.end(), colder);
+  // Ticks are distinct, so (count, age) orders entries strictly: exactly
+  // the `drop` entries not after the pivot go.
+  const Entry pivot = entries[drop - 1];
+  s->pending.Filter([&](const PendingMap::Slot& e) {
+    return colder(pivot, Entry{e.count, now - e.tick});
+  });
   pending_dropped_.fetch_add(static_cast<int64_t>(drop),
                              std::memory_order_relaxed);
 }

@@ -20,12 +20,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "tnet_ops/optimizers/optimizer.h"
 #include "tnet_ops/table/hash_index.h"
 #include "tnet_ops/table/initializer.h"
+#include "tnet_ops/table/pending_map.h"
 #include "tnet_ops/table/row_arena.h"
 
 namespace tnet {
