@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench clean
+.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench-lifecycle bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,11 @@ bench-pss: build
 bench-saving: build
 	$(PY) tools/bench_saving.py
 
-bench: bench-ops bench-train bench-pss bench-saving
+# Admission / cap vs AUC on >= 10M distinct synthetic keys, plus a PNG.
+bench-lifecycle: build
+	$(PY) tools/bench_lifecycle.py
+
+bench: bench-ops bench-train bench-pss bench-saving bench-lifecycle
 
 clean:
 	rm -rf build tnet/_lib/*.so *.egg-info
