@@ -255,6 +255,12 @@ def test_table_maintenance_callback_runs_and_reports(tmp_path):
     for name, table in model.tables().items():
         assert set(_live(table)) == expected[name]
         assert evicted[name] > 0
+    # A second run at the same step (epoch end + a Checkpoint's pre-save
+    # run) does not decay shows twice.
+    before = {n: t.export()[3].numpy() for n, t in model.tables().items()}
+    assert set(maint.run(model, now).values()) == {0}
+    for name, table in model.tables().items():
+        np.testing.assert_array_equal(table.export()[3].numpy(), before[name])
 
 
 def test_evicted_then_reseen_keys_restart_from_the_initializer():

@@ -229,6 +229,7 @@ class TableMaintenance(tf_keras.callbacks.Callback):
         there (tf.summary, step = optimizer.iterations).
       compact: compact arenas after eviction (gives whole chunks back).
 
+    With neither schedule set it only reports the metrics at epoch ends.
     Metrics (`rows`, `admitted`, `rejected`, `evicted`, `bytes`, `pending`)
     go into the epoch logs as `table/<name>/<metric>` (so History and a
     later TensorBoard callback see them); `last_metrics` holds the newest
@@ -266,6 +267,7 @@ class TableMaintenance(tf_keras.callbacks.Callback):
         self.last_evicted: dict = {}
         self._epoch_only = False
         self._last_step = 0
+        self._last_run_step: Optional[int] = None
         self._writer = None
 
     def _implements_train_batch_hooks(self):
@@ -308,8 +310,15 @@ class TableMaintenance(tf_keras.callbacks.Callback):
         return {n: tables[n] for n in self.table_names}
 
     def run(self, model, step: Optional[int] = None) -> dict:
-        """Evicts on every table now; returns {name: rows evicted}."""
+        """Evicts on every table now; returns {name: rows evicted}.
+
+        A second run at the same step (e.g. the epoch-end run and a
+        Checkpoint's pre-save run) is skipped, so shows decay once a step.
+        """
         step = _iterations(model) if step is None else int(step)
+        if step == self._last_run_step:
+            return {name: 0 for name in self.last_evicted}
+        self._last_run_step = step
         tables = self._tables(model)
         evicted = {}
         for name, table in tables.items():
