@@ -30,6 +30,7 @@ and paired ratios to the baseline.
 
   python tools/bench_lifecycle.py           # full: ~6 min on 2 cores, ~6 GB
   python tools/bench_lifecycle.py --quick   # small: ~1 min
+  python tools/bench_lifecycle.py --push_cost_only --repeats 7
 """
 from __future__ import annotations
 
@@ -181,6 +182,20 @@ def main() -> None:
     log(f"generating {ARGS.train_examples} train + {ARGS.eval_examples} "
         f"hold-out examples (scale {ARGS.scale}, zipf {ARGS.zipf}, "
         f"{gen.total_ids} ids)")
+    if ARGS.push_cost_only:
+        # Only the batches the push-cost section reads.
+        n = min(ARGS.train_examples, ARGS.cost_batches * ARGS.batch)
+        train_keys, _ = make_data(gen, n, "train")
+        cost = push_cost(train_keys, ARGS.repeats)
+        suffix = "-quick" if ARGS.quick else ""
+        out = ARGS.out or bc.default_out_path(f"bench_lifecycle-pushcost{suffix}")
+        md = "\n".join([bc.header_markdown(
+            info, "Feature lifecycle: push cost (tools/bench_lifecycle.py "
+            "--push_cost_only)"), "", "Push cost: " + cost[0].note + ".", "",
+            bc.markdown_table(cost)])
+        bc.write_results(out, info, cost, md, extra={"args": vars(ARGS)})
+        print(md)
+        return
     train_keys, train_labels = make_data(gen, ARGS.train_examples, "train")
     eval_keys, eval_labels = make_data(gen, ARGS.eval_examples, "holdout")
     oracle = gen.oracle_auc("holdout", ARGS.eval_examples)
@@ -303,6 +318,8 @@ def parse_args(argv=None):
                    help="pending keys per table")
     p.add_argument("--cost_batches", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--push_cost_only", action="store_true",
+                   help="only the push-cost section (own results file)")
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
     if args.quick:
