@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench-retrieval bench clean soak
+.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -47,13 +47,17 @@ bench-saving: build
 bench-retrieval: build
 	$(PY) tools/bench_retrieval.py
 
-bench: bench-ops bench-train bench-pss bench-saving bench-retrieval
-
 # Soak: a 2 ps x 2 worker cluster trains for SOAK_MINUTES on a bounded key
 # space; RSS of every process and table size are sampled (tools/soak.py).
 SOAK_MINUTES ?= 10
 soak: build
 	$(PY) tools/soak.py --minutes $(SOAK_MINUTES)
+
+# Admission / cap vs AUC on >= 10M distinct synthetic keys, plus a PNG.
+bench-lifecycle: build
+	$(PY) tools/bench_lifecycle.py
+
+bench: bench-ops bench-train bench-pss bench-saving bench-retrieval bench-lifecycle
 
 clean:
 	rm -rf build tnet/_lib/*.so *.egg-info

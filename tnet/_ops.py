@@ -39,4 +39,5 @@ sparse_table_memory_bytes = ops.sparse_table_memory_bytes
 sparse_table_export = ops.sparse_table_export
 sparse_table_import = ops.sparse_table_import
 sparse_table_evict = ops.sparse_table_evict
+sparse_table_stats = ops.sparse_table_stats
 tnet_sum_rows = ops.tnet_sum_rows

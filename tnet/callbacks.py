@@ -3,6 +3,8 @@
 `Checkpoint` saves tnet checkpoints (`tn.saving.save`) during `fit` and
 resumes from the newest one when training starts, like Keras'
 `BackupAndRestore` but with the tables streamed to HDF5.
+`TableMaintenance` runs the tables' eviction (show decay, threshold, TTL)
+during `fit` and reports their lifecycle metrics.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import tf_keras
 from tnet import distribute as tn_distribute
 from tnet.saving import checkpoint as ckpt
 
-__all__ = ["Checkpoint"]
+__all__ = ["Checkpoint", "TableMaintenance"]
 
 
 class _ResumeCounters:
@@ -65,6 +67,9 @@ class Checkpoint(tf_keras.callbacks.Callback):
         restarts from its beginning, as with BackupAndRestore).
       verbose: 1 prints progress lines (rows written / total) and one line
         per checkpoint; 0 logs them on the "tnet.checkpoint" logger.
+      maintenance: a `TableMaintenance` whose eviction runs right before
+        each save, so checkpoints hold only live rows (it may also be in
+        the callback list for its own schedule).
 
     A newest checkpoint that fails verification (a corrupted, truncated or
     missing file) stops `fit` with `tn.saving.CheckpointError` naming the
@@ -88,8 +93,15 @@ class Checkpoint(tf_keras.callbacks.Callback):
                  every_n_epochs: Optional[int] = 1, keep: Optional[int] = 3,
                  incremental: bool = False,
                  full_every: int = ckpt.DEFAULT_FULL_EVERY,
-                 restore: bool = True, verbose: int = 1):
+                 restore: bool = True, verbose: int = 1,
+                 maintenance: Optional["TableMaintenance"] = None):
         super().__init__()
+        if maintenance is not None and not isinstance(maintenance,
+                                                      TableMaintenance):
+            raise TypeError("Checkpoint(maintenance=...) takes a "
+                            "tn.callbacks.TableMaintenance, got "
+                            f"{type(maintenance).__name__}")
+        self.maintenance = maintenance
         if every_n_steps is not None and (
                 isinstance(every_n_steps, bool) or int(every_n_steps) < 1):
             raise ValueError(f"every_n_steps must be a positive int or None, "
@@ -183,11 +195,171 @@ class Checkpoint(tf_keras.callbacks.Callback):
                       "not saving it again")
             self.last_saved_step = step
             return
+        if self.maintenance is not None:
+            self.maintenance.run(self.model, step)
         self.last_saved_path = ckpt.save(
             self.model, self.directory, step=step,
             incremental=self.incremental, keep=self.keep,
             full_every=self.full_every, progress=self._say)
         self.last_saved_step = step
+
+
+class TableMaintenance(tf_keras.callbacks.Callback):
+    """Evicts cold and stale rows from every tnet table during `fit`, and
+    reports each table's lifecycle metrics.
+
+    Each run calls `SparseTable.evict` on every table (each shard's op runs
+    on its own ps): show *= show_decay_rate, then rows with show <
+    show_threshold or (ttl_steps > 0) not updated for more than ttl_steps
+    steps (current step: `optimizer.iterations`) are freed and their memory
+    reused. Admission (`min_count`) and the row cap (`max_rows`) live in the
+    tables themselves and need no callback.
+
+    Args:
+      every_n_steps: run when `optimizer.iterations` crosses a multiple of
+        this (batch hook). Under ParameterServerStrategy Keras refuses batch
+        hooks, so there it runs at epoch ends instead (choose the interval
+        with `steps_per_epoch`); `every_n_epochs` applies as well.
+      every_n_epochs: also run at the end of every n-th epoch (None / 0:
+        not at epoch ends, except as the PSS fallback above).
+      show_decay_rate, show_threshold, ttl_steps: the eviction rule
+        (TensorNet's names; ttl in steps, 0 disables it).
+      tables: names of the tables to maintain (None: all the model's).
+      log_dir: if set, every run writes `table/<name>/<metric>` scalars
+        there (tf.summary, step = optimizer.iterations).
+      compact: compact arenas after eviction (gives whole chunks back).
+
+    With neither schedule set it only reports the metrics at epoch ends.
+    Metrics (`rows`, `admitted`, `rejected`, `evicted`, `bytes`, `pending`)
+    go into the epoch logs as `table/<name>/<metric>` (so History and a
+    later TensorBoard callback see them); `last_metrics` holds the newest
+    and `last_evicted` the rows each table lost in the newest run.
+    """
+
+    METRICS = ("rows", "admitted", "rejected", "evicted", "bytes", "pending")
+
+    def __init__(self, every_n_steps: Optional[int] = None,
+                 every_n_epochs: Optional[int] = None,
+                 show_decay_rate: float = 1.0, show_threshold: float = 0.0,
+                 ttl_steps: int = 0, tables=None,
+                 log_dir: Optional[str] = None, compact: bool = True):
+        super().__init__()
+        if every_n_steps is not None and (
+                isinstance(every_n_steps, bool) or int(every_n_steps) < 1):
+            raise ValueError(f"every_n_steps must be a positive int or None, "
+                             f"got {every_n_steps!r}")
+        if not 0.0 <= float(show_decay_rate) <= 1.0:
+            raise ValueError(f"show_decay_rate must be in [0, 1], got "
+                             f"{show_decay_rate!r}")
+        if int(ttl_steps) < 0:
+            raise ValueError(f"ttl_steps must be >= 0 (0: no TTL), got "
+                             f"{ttl_steps!r}")
+        self.every_n_steps = int(every_n_steps) if every_n_steps else None
+        self.every_n_epochs = int(every_n_epochs) if every_n_epochs else None
+        self.show_decay_rate = float(show_decay_rate)
+        self.show_threshold = float(show_threshold)
+        self.ttl_steps = int(ttl_steps)
+        self.table_names = list(tables) if tables is not None else None
+        self.log_dir = log_dir
+        self.compact = compact
+        self.runs = 0
+        self.last_metrics: dict = {}
+        self.last_evicted: dict = {}
+        self._epoch_only = False
+        self._last_step = 0
+        self._last_run_step: Optional[int] = None
+        self._writer = None
+
+    def _implements_train_batch_hooks(self):
+        return self.every_n_steps is not None and not self._epoch_only
+
+    def set_model(self, model):
+        super().set_model(model)
+        # Keras calls _implements_train_batch_hooks after set_model.
+        self._epoch_only = _under_pss(model)
+
+    def on_train_begin(self, logs=None):
+        self._last_step = _iterations(self.model)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = _iterations(self.model)
+        if step // self.every_n_steps > self._last_step // self.every_n_steps:
+            self.run(self.model, step)
+
+    def on_epoch_end(self, epoch, logs=None):
+        by_epoch = self.every_n_epochs and (epoch + 1) % self.every_n_epochs == 0
+        fallback = self._epoch_only and self.every_n_steps is not None
+        step = _iterations(self.model)
+        if by_epoch or (fallback and step // self.every_n_steps >
+                        self._last_step // self.every_n_steps):
+            self.run(self.model, step)
+        else:
+            self._measure(self._tables(self.model), step)
+        if logs is not None:
+            logs.update(self.last_metrics)
+
+    def _tables(self, model) -> dict:
+        tables = model.tables() if hasattr(model, "tables") else _find_tables(
+            model)
+        if self.table_names is None:
+            return tables
+        missing = sorted(set(self.table_names) - set(tables))
+        if missing:
+            raise ValueError(f"TableMaintenance(tables=...): the model has no "
+                             f"tables {missing}; it has {sorted(tables)}")
+        return {n: tables[n] for n in self.table_names}
+
+    def run(self, model, step: Optional[int] = None) -> dict:
+        """Evicts on every table now; returns {name: rows evicted}.
+
+        A second run at the same step (e.g. the epoch-end run and a
+        Checkpoint's pre-save run) is skipped, so shows decay once a step.
+        """
+        step = _iterations(model) if step is None else int(step)
+        if step == self._last_run_step:
+            return {name: 0 for name in self.last_evicted}
+        self._last_run_step = step
+        tables = self._tables(model)
+        evicted = {}
+        for name, table in tables.items():
+            evicted[name] = int(table.evict(
+                self.show_decay_rate, self.show_threshold,
+                ttl_steps=self.ttl_steps, current_step=step,
+                compact=self.compact))
+        self.runs += 1
+        self._last_step = step
+        self.last_evicted = evicted
+        self._measure(tables, step)
+        return evicted
+
+    def _measure(self, tables: dict, step: int) -> None:
+        metrics = {}
+        for name, table in tables.items():
+            stats = table.stats()
+            for key in self.METRICS:
+                metrics[f"table/{name}/{key}"] = stats[key]
+        self.last_metrics = metrics
+        if self.log_dir:
+            if self._writer is None:
+                self._writer = tf.summary.create_file_writer(self.log_dir)
+            with self._writer.as_default():
+                for key, value in metrics.items():
+                    tf.summary.scalar(key, value, step=step)
+            self._writer.flush()
+
+
+def _iterations(model) -> int:
+    return int(model.optimizer.iterations.numpy())
+
+
+def _find_tables(model) -> dict:
+    """{name: SparseTable} tracked anywhere in a Keras model / tf.Module."""
+    from tnet.table import SparseTable  # noqa: PLC0415
+    out = {}
+    for module in model._flatten_modules(include_self=True):  # noqa: SLF001
+        if isinstance(module, SparseTable):
+            out[module.table_name] = module
+    return out
 
 
 def _under_pss(model) -> bool:

@@ -66,6 +66,9 @@ class EmbeddingColumn:
     "sum", "sqrtn"); sequence columns keep one vector per position.
     table: table name; columns with the same name share one table.
     initializer: table initializer (see tn.SparseTable).
+    min_count / max_rows: the table's admission threshold and row cap (see
+      tn.SparseTable); None leaves them to the layer's defaults. Columns
+      sharing a table must agree.
     """
 
     categorical_column: CategoryColumn
@@ -73,6 +76,8 @@ class EmbeddingColumn:
     combiner: str = "mean"
     table: Optional[str] = None
     initializer: Any = None
+    min_count: Optional[float] = None
+    max_rows: Optional[int] = None
 
     @property
     def name(self) -> str:
@@ -121,7 +126,9 @@ def sequence_category_column(key: str, dtype: Any = tf.int64,
 
 def embedding_column(categorical_column: CategoryColumn, dimension: int,
                      combiner: str = "mean", table: Optional[str] = None,
-                     initializer: Any = None) -> EmbeddingColumn:
+                     initializer: Any = None,
+                     min_count: Optional[float] = None,
+                     max_rows: Optional[int] = None) -> EmbeddingColumn:
     """Embeds `categorical_column`; see EmbeddingColumn."""
     if not isinstance(categorical_column, CategoryColumn):
         raise TypeError("embedding_column needs a tn.feature_column."
@@ -137,8 +144,18 @@ def embedding_column(categorical_column: CategoryColumn, dimension: int,
     if table is not None and (not isinstance(table, str) or not table):
         raise ValueError(f"embedding_column {name!r}: table must be a "
                          f"non-empty name, got {table!r}")
+    if min_count is not None and (
+            isinstance(min_count, bool) or not isinstance(min_count, (int, float))
+            or not min_count >= 0):
+        raise ValueError(f"embedding_column {name!r}: min_count must be a "
+                         f"number >= 0 or None, got {min_count!r}")
+    if max_rows is not None and (isinstance(max_rows, bool)
+                                 or not isinstance(max_rows, int)
+                                 or max_rows < 1):
+        raise ValueError(f"embedding_column {name!r}: max_rows must be a "
+                         f"positive int or None, got {max_rows!r}")
     return EmbeddingColumn(categorical_column, dimension, combiner, table,
-                           initializer)
+                           initializer, min_count, max_rows)
 
 
 def column_salt(column_name: str) -> int:

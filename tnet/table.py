@@ -11,6 +11,19 @@ ParameterServerStrategy shard i lives on "/job:ps/task:i".
 
 The table saves and restores inside ordinary TF checkpoints and SavedModels
 through the export/import ops (see `_TableShard`).
+
+Feature lifecycle (all of it runs inside each shard, on its ps):
+* admission: with `min_count > 1` a key gets a row only after its pushes
+  have counted `min_count` shows; until then it reads zeros and its
+  gradient is dropped. Counts wait in an exact, bounded per-shard map
+  (`admission_capacity` keys; when full, the lower-count half is dropped and
+  those keys count again from zero: admission comes late, never early).
+* cap: with `max_rows` a table never holds more rows than that after any
+  operation; the lowest-show rows go first (down to 90% of each stripe's
+  share) and their memory is reused.
+* eviction: `evict()` decays shows and frees cold (show < threshold) or
+  stale (TTL in steps) rows; `tn.callbacks.TableMaintenance` runs it.
+* `stats()`: rows, admitted, rejected, evicted, bytes (and more) per table.
 """
 from __future__ import annotations
 
@@ -24,6 +37,10 @@ from tnet import _ops
 from tnet.optimizer import keras as keras_opt
 
 _INT64_MAX = 2**63 - 1
+
+# Columns of the sparse_table_stats op, in order.
+STATS_FIELDS = ("rows", "admitted", "rejected", "evicted", "bytes", "pending",
+                "pending_dropped", "cap_evicted")
 
 
 _INIT_ALIASES = {
@@ -131,13 +148,24 @@ class SparseTable(tf.Module):
       num_shards: number of shards (one per parameter server task).
       devices: optional device per shard, e.g. ["/job:ps/task:0", ...].
       seed: initializer seed.
-      num_stripes: lock stripes per shard (power of two).
+      num_stripes: lock stripes per shard (power of two). Lowered
+        automatically for small `max_rows` so each stripe's share of the cap
+        stays >= 256 rows (a stripe's cap is its own: fewer, larger stripes
+        waste less of the cap on uneven key spread).
+      min_count: shows (occurrences pushed) a key needs before it gets a
+        row; 1 admits every key at once. See the module docstring.
+      admission_capacity: pending keys each shard counts while they wait
+        for admission (only with min_count > 1). About 40 bytes per key.
+      max_rows: most rows the table may hold (split over shards exactly);
+        None: unbounded.
     """
 
     def __init__(self, name: str, dim: int, optimizer: Any = None,
                  initializer: Any = None, num_shards: int = 1,
                  devices: Sequence[str] | None = None, seed: int = 0,
-                 num_stripes: int = 64):
+                 num_stripes: int = 64, min_count: float = 1,
+                 admission_capacity: int = 1 << 20,
+                 max_rows: int | None = None):
         super().__init__(name=name)
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ValueError(f"SparseTable {name!r}: dim must be a positive "
@@ -150,20 +178,38 @@ class SparseTable(tf.Module):
             raise ValueError(
                 f"SparseTable {name!r}: got {len(devices)} devices for "
                 f"{num_shards} shards; pass one device per shard")
+        _check_lifecycle(name, min_count, admission_capacity, max_rows,
+                         num_shards)
         self.table_name = name
         self.dim = dim
         self.num_shards = num_shards
+        self.min_count = float(min_count)
+        self.admission_capacity = int(admission_capacity)
+        self.max_rows = int(max_rows) if max_rows else None
         self.optimizer = keras_opt.sparse_rule_of(optimizer)
         self.num_slots = self.optimizer.num_slots(dim)
         attrs = dict(self.optimizer.table_attrs())
         attrs.update(_initializer_attrs(initializer, dim, seed))
-        attrs["num_stripes"] = num_stripes
+        attrs["min_count"] = self.min_count
+        attrs["admission_capacity"] = self.admission_capacity
         self.devices = list(devices) if devices else [None] * num_shards
         self.shards = []
         for i, device in enumerate(self.devices):
+            shard_attrs = dict(attrs)
+            cap = self.shard_max_rows(i)
+            shard_attrs["max_rows"] = cap
+            shard_attrs["num_stripes"] = _stripes_for(num_stripes, cap)
             shared = f"tnet/{name}/shard{i}/{next(_UIDS)}"
             with tf.device(device):
-                self.shards.append(_TableShard(shared, dim, attrs))
+                self.shards.append(_TableShard(shared, dim, shard_attrs))
+
+    def shard_max_rows(self, shard: int) -> int:
+        """Shard `shard`'s share of max_rows (0: unbounded); shares sum to
+        max_rows."""
+        if not self.max_rows:
+            return 0
+        n = self.num_shards
+        return self.max_rows // n + (1 if shard < self.max_rows % n else 0)
 
     # ------------------------------------------------------------------ I/O
     def _route(self, keys):
@@ -259,6 +305,29 @@ class SparseTable(tf.Module):
         return tf.add_n([_ops.sparse_table_memory_bytes(s.resource_handle)
                          for s in self.shards])
 
+    def shard_stats(self) -> list[dict]:
+        """Per shard: {field: int} for STATS_FIELDS (eager). Each op runs on
+        its shard's device (the ps under ParameterServerStrategy)."""
+        out = []
+        for i, s in enumerate(self.shards):
+            with tf.device(self.devices[i]):
+                v = _ops.sparse_table_stats(s.resource_handle).numpy()
+            out.append({f: int(x) for f, x in zip(STATS_FIELDS, v)})
+        return out
+
+    def stats(self) -> dict:
+        """Lifecycle counters summed over shards (eager): rows, admitted,
+        rejected (pushed keys dropped before admission), evicted (by evict()
+        and by the cap), bytes, pending (keys counting towards admission),
+        pending_dropped, cap_evicted. Counters run since the table was
+        created; a checkpoint restore clears the table by eviction, so it
+        adds the cleared rows to `evicted`."""
+        total = {f: 0 for f in STATS_FIELDS}
+        for shard in self.shard_stats():
+            for f, v in shard.items():
+                total[f] += v
+        return total
+
     def shard_sizes(self) -> list[tf.Tensor]:
         return [_ops.sparse_table_size(s.resource_handle) for s in self.shards]
 
@@ -332,6 +401,37 @@ class SparseTable(tf.Module):
                     tf.cast(ttl_steps, tf.int64),
                     tf.cast(current_step, tf.int64), compact=compact))
         return tf.add_n(counts)
+
+
+def _check_lifecycle(name, min_count, admission_capacity, max_rows,
+                     num_shards) -> None:
+    if (isinstance(min_count, bool) or not isinstance(min_count, (int, float))
+            or not math.isfinite(min_count) or min_count < 0):
+        raise ValueError(f"SparseTable {name!r}: min_count must be a number "
+                         f">= 0 (1 admits every key), got {min_count!r}")
+    if (isinstance(admission_capacity, bool)
+            or not isinstance(admission_capacity, int)
+            or admission_capacity < 1):
+        raise ValueError(f"SparseTable {name!r}: admission_capacity must be "
+                         f"a positive int, got {admission_capacity!r}")
+    if max_rows is not None and (isinstance(max_rows, bool)
+                                 or not isinstance(max_rows, int)
+                                 or max_rows < 0):
+        raise ValueError(f"SparseTable {name!r}: max_rows must be a "
+                         f"non-negative int or None, got {max_rows!r}")
+    if max_rows and max_rows < num_shards:
+        raise ValueError(f"SparseTable {name!r}: max_rows={max_rows} is less "
+                         f"than num_shards={num_shards}; every shard needs "
+                         "room for at least one row")
+
+
+def _stripes_for(num_stripes: int, shard_cap: int) -> int:
+    """Stripes for a shard capped at shard_cap rows: each stripe enforces
+    its own share, so keep shares >= 256 rows (or 1 stripe)."""
+    if shard_cap:
+        while num_stripes > 1 and shard_cap // num_stripes < 256:
+            num_stripes //= 2
+    return num_stripes
 
 
 # Process-unique resource names (as tf.lookup tables do in eager mode).

@@ -94,6 +94,43 @@ flags.DEFINE_integer("checkpoint_full_every", 8, "With incremental: a full "
 flags.DEFINE_string("data_cache_dir", "/tmp/tnet_data", "Where synthetic "
                     "data is written as TSV for cluster runs.")
 
+# Feature lifecycle (admission, row cap, eviction): see tnet/table.py.
+flags.DEFINE_float("min_count", 1, "Shows an id needs before it gets a "
+                   "table row (1: every id at once); earlier it reads zeros "
+                   "and gets no update.")
+flags.DEFINE_integer("admission_capacity", 1 << 20, "Ids per table shard "
+                     "counted while waiting for admission (exact, bounded).")
+flags.DEFINE_integer("max_rows", 0, "Most rows per table, split over its "
+                     "shards; the lowest-show rows go first (0: unbounded).")
+flags.DEFINE_float("show_decay_rate", 1.0, "Maintenance: show *= rate.")
+flags.DEFINE_float("show_threshold", 0.0, "Maintenance: evict rows whose "
+                   "(decayed) show is below this.")
+flags.DEFINE_integer("ttl_steps", 0, "Maintenance: evict rows not updated "
+                     "for more than N steps (0: off).")
+flags.DEFINE_integer("maintenance_every_n_steps", 0, "Run table maintenance "
+                     "every N steps (under ParameterServerStrategy: at the "
+                     "epoch ends that cross a multiple of N); 0: never.")
+
+
+def _lifecycle(model, checkpoints):
+    """Applies the lifecycle flags to the model's tnet layers (before their
+    tables exist) and returns the TableMaintenance callback, or None."""
+    for layer in model.tnet_layers():
+        layer.set_table_options(
+            min_count=FLAGS.min_count,
+            max_rows=FLAGS.max_rows or None,
+            admission_capacity=FLAGS.admission_capacity)
+    if not FLAGS.maintenance_every_n_steps:
+        return None
+    maintenance = tn.callbacks.TableMaintenance(
+        every_n_steps=FLAGS.maintenance_every_n_steps,
+        show_decay_rate=FLAGS.show_decay_rate,
+        show_threshold=FLAGS.show_threshold, ttl_steps=FLAGS.ttl_steps,
+        log_dir=os.path.join(FLAGS.model_dir, "logs", "tables"))
+    if checkpoints is not None:
+        checkpoints.maintenance = maintenance  # evict before each save
+    return maintenance
+
 
 _OPTIMIZERS = {"sgd": tn.optimizer.SGD, "adagrad": tn.optimizer.Adagrad,
                "rowwise_adagrad": tn.optimizer.RowwiseAdagrad,
@@ -317,6 +354,9 @@ def run() -> dict:
             incremental=FLAGS.checkpoint_incremental,
             full_every=FLAGS.checkpoint_full_every)
         callbacks.append(checkpoints)
+    maintenance = _lifecycle(model, checkpoints)
+    if maintenance is not None:
+        callbacks.append(maintenance)
     callbacks.append(meter)
     if not distributed:
         callbacks.append(tf_keras.callbacks.TensorBoard(
@@ -348,6 +388,7 @@ def run() -> dict:
                    for name, t in model.tables().items()},
         **spec.info,
     }
+    summary["lifecycle"] = {n: t.stats() for n, t in model.tables().items()}
     if checkpoints is not None:
         summary["checkpoint"] = {
             "restored_step": checkpoints.restored_step,

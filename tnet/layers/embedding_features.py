@@ -23,6 +23,10 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
         when a `tn.Model` is compiled.
       num_shards / devices: table placement; by default one shard per ps
         task under ParameterServerStrategy, one local shard otherwise.
+      min_count / max_rows / admission_capacity: feature lifecycle defaults
+        for this layer's tables (see tn.SparseTable); a column's own
+        min_count / max_rows win. `set_table_options` changes them until
+        the tables are created.
 
     Every table does one fused unique -> pull -> gather per call for all of
     its columns. In training (`training=True`) missing ids get rows; in
@@ -33,7 +37,9 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
     def __init__(self, columns: Sequence[fc.EmbeddingColumn],
                  optimizer: Any = None, num_shards: Optional[int] = None,
                  devices: Optional[Sequence[str]] = None, seed: int = 0,
-                 **kwargs):
+                 min_count: Optional[float] = None,
+                 max_rows: Optional[int] = None,
+                 admission_capacity: Optional[int] = None, **kwargs):
         super().__init__(**kwargs)
         self._columns = _check_columns(columns, type(self).__name__)
         self._groups = _group_by_table(self._columns)
@@ -45,7 +51,33 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
         self._seed = seed
         self.tables: Dict[str, SparseTable] = {}
         self._table_rule = None
+        self._table_options: Dict[str, Any] = {}
+        self.set_table_options(min_count=min_count, max_rows=max_rows,
+                               admission_capacity=admission_capacity)
 
+    def set_table_options(self, **options) -> None:
+        """Lifecycle defaults (min_count, max_rows, admission_capacity) for
+        tables not created yet; None leaves an option at the table default.
+        Lets a CLI configure the tables of a prebuilt model."""
+        unknown = set(options) - {"min_count", "max_rows",
+                                  "admission_capacity"}
+        if unknown:
+            raise TypeError(f"layer {self.name!r}: unknown table options "
+                            f"{sorted(unknown)}")
+        if self.tables and any(v is not None for v in options.values()):
+            raise ValueError(
+                f"layer {self.name!r}: its tables exist already; set table "
+                "options before the model is first called or built")
+        self._table_options.update(
+            {k: v for k, v in options.items() if v is not None})
+
+    def _options_for(self, cols) -> Dict[str, Any]:
+        options = dict(self._table_options)
+        for key in ("min_count", "max_rows"):
+            values = {getattr(c, key) for _, c in cols} - {None}
+            if values:
+                options[key] = values.pop()
+        return options
     # --------------------------------------------------------------- config
     @property
     def columns(self) -> List[fc.EmbeddingColumn]:
@@ -101,7 +133,8 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
                 self.tables[table_name] = SparseTable(
                     table_name, first.dimension, rule,
                     initializer=first.initializer, num_shards=len(devices),
-                    devices=devices, seed=self._seed)
+                    devices=devices, seed=self._seed,
+                    **self._options_for(cols))
 
     # ----------------------------------------------------------------- call
     def call(self, features, training=None):
@@ -252,6 +285,13 @@ def _group_by_table(columns):
                 f"columns sharing table {table_name!r} must have the same "
                 f"initializer; columns: "
                 f"{[c.categorical_column.name for _, c in cols]}")
+        for key in ("min_count", "max_rows"):
+            values = {getattr(c, key) for _, c in cols} - {None}
+            if len(values) > 1:
+                raise ValueError(
+                    f"columns sharing table {table_name!r} set different "
+                    f"{key} values {sorted(values)}; set it on one column or "
+                    "on the layer")
     return groups
 
 

@@ -43,6 +43,24 @@ class SparseTableHandleOp : public tf::OpKernel {
                     num_stripes));
     config_.dim = static_cast<int>(dim);
     config_.num_stripes = static_cast<int>(num_stripes);
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("min_count", &config_.min_count));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("admission_capacity",
+                                     &config_.admission_capacity));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("max_rows", &config_.max_rows));
+    OP_REQUIRES(ctx, std::isfinite(config_.min_count) && config_.min_count >= 0,
+                tf::errors::InvalidArgument(
+                    "min_count must be finite and >= 0 (1 admits every key), "
+                    "got ", config_.min_count));
+    OP_REQUIRES(ctx, config_.admission_capacity >= 1,
+                tf::errors::InvalidArgument(
+                    "admission_capacity must be >= 1, got ",
+                    config_.admission_capacity));
+    OP_REQUIRES(ctx,
+                config_.max_rows == 0 || config_.max_rows >= num_stripes,
+                tf::errors::InvalidArgument(
+                    "max_rows must be 0 (unbounded) or >= num_stripes (",
+                    num_stripes, ") so every stripe can hold a row, got ",
+                    config_.max_rows, "; lower num_stripes for tiny tables"));
 
     std::string opt;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("optimizer", &opt));

@@ -1,4 +1,5 @@
-// SparseTableSize, SparseTableMemoryBytes and SparseTableEvict. These take no
+// SparseTableSize, SparseTableMemoryBytes, SparseTableStats and
+// SparseTableEvict. These take no
 // dim attr: they work on any tnet table handle.
 #include <cmath>
 #include <limits>
@@ -32,6 +33,27 @@ class SparseTableMemoryBytesOp : public tf::OpKernel {
     tf::Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {}, &out));
     out->scalar<int64_t>()() = res->table()->MemoryBytes();
+  }
+};
+
+class SparseTableStatsOp : public tf::OpKernel {
+ public:
+  using tf::OpKernel::OpKernel;
+  void Compute(tf::OpKernelContext* ctx) override {
+    tf::core::RefCountPtr<TableResource> res;
+    OP_REQUIRES_OK(ctx, LookupTable(ctx, 0, /*expected_dim=*/-1, &res));
+    const TableStats t = res->table()->Stats();
+    tf::Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {8}, &out));
+    auto v = out->vec<int64_t>();
+    v(0) = t.rows;
+    v(1) = t.admitted;
+    v(2) = t.rejected;
+    v(3) = t.evicted;
+    v(4) = t.bytes;
+    v(5) = t.pending;
+    v(6) = t.pending_dropped;
+    v(7) = t.cap_evicted;
   }
 };
 
@@ -78,6 +100,8 @@ REGISTER_KERNEL_BUILDER(Name("SparseTableSize").Device(tf::DEVICE_CPU),
                         SparseTableSizeOp);
 REGISTER_KERNEL_BUILDER(Name("SparseTableMemoryBytes").Device(tf::DEVICE_CPU),
                         SparseTableMemoryBytesOp);
+REGISTER_KERNEL_BUILDER(Name("SparseTableStats").Device(tf::DEVICE_CPU),
+                        SparseTableStatsOp);
 REGISTER_KERNEL_BUILDER(Name("SparseTableEvict").Device(tf::DEVICE_CPU),
                         SparseTableEvictOp);
 

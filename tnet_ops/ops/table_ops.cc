@@ -39,6 +39,9 @@ REGISTER_OP("SparseTableHandle")
     .Attr("initializer_params: list(float) = [0.0, 0.05]")
     .Attr("seed: int = 0")
     .Attr("num_stripes: int = 64")
+    .Attr("min_count: float = 1.0")
+    .Attr("admission_capacity: int = 1048576")
+    .Attr("max_rows: int = 0")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
@@ -48,6 +51,13 @@ names) are fixed at creation because the row layout depends on them.
 optimizer: one of sgd, adagrad, rowwise_adagrad, adam, ftrl.
 initializer: zeros | constant [value] | uniform [minval, maxval] |
   normal [mean, stddev] | truncated_normal [mean, stddev]; seeded by key.
+min_count: shows a key needs (summed over pushes) before it gets a row;
+  <= 1 admits every key at once. Not-admitted keys read zeros and get no
+  update.
+admission_capacity: keys whose counts the shard keeps while they wait for
+  admission (split over stripes; a full stripe drops its lower-count half).
+max_rows: rows this shard may hold (0: unbounded); beyond it the lowest-show
+  rows are freed. Must be 0 or >= num_stripes.
 )doc");
 
 REGISTER_OP("SparseTablePull")
@@ -113,6 +123,19 @@ REGISTER_OP("SparseTableMemoryBytes")
     .Output("bytes: int64")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::ScalarShape);
+
+REGISTER_OP("SparseTableStats")
+    .Input("table: resource")
+    .Output("stats: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      c->set_output(0, c->Vector(8));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Lifecycle counters of one shard: [rows, admitted, rejected, evicted, bytes,
+pending, pending_dropped, cap_evicted] (see SparseTable::Stats).
+)doc");
 
 REGISTER_OP("SparseTableExport")
     .Input("table: resource")

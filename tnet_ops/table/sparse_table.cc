@@ -41,6 +41,14 @@ struct alignas(64) SparseTable::Stripe {
   std::mutex mu;
   HashIndex index;
   RowArena arena;
+  // Admission: key -> show count so far (and when it last changed), for
+  // keys without a row.
+  PendingMap pending;
+  uint32_t tick = 0;  // bumped on every pending update
+  size_t pending_cap = 0;
+  uint64_t row_cap = 0;  // 0 = unbounded
+
+  uint64_t PendingBytes() const { return pending.MemoryBytes(); }
 };
 
 SparseTable::SparseTable(const TableConfig& config)
@@ -51,8 +59,17 @@ SparseTable::SparseTable(const TableConfig& config)
       meta_offset_(sizeof(int64_t) + sizeof(float) * (config.dim + num_slots_)),
       stripe_shift_(64 - Log2(config.num_stripes)) {
   stripes_.reserve(config.num_stripes);
+  const int64_t n = config.num_stripes;
   for (int i = 0; i < config.num_stripes; ++i) {
     stripes_.emplace_back(new Stripe(row_bytes_));
+    Stripe* s = stripes_.back().get();
+    // Shares of max_rows that sum to it exactly.
+    if (config.max_rows > 0) {
+      s->row_cap = static_cast<uint64_t>(config.max_rows / n +
+                                         (i < config.max_rows % n ? 1 : 0));
+    }
+    s->pending_cap = static_cast<size_t>(
+        std::max<int64_t>(16, config.admission_capacity / n));
   }
 }
 
@@ -62,9 +79,26 @@ int64_t SparseTable::MemoryBytes() const {
   int64_t total = sizeof(SparseTable);
   for (const auto& s : stripes_) {
     std::lock_guard<std::mutex> lock(s->mu);
-    total += sizeof(Stripe) + s->index.MemoryBytes() + s->arena.MemoryBytes();
+    total += sizeof(Stripe) + s->index.MemoryBytes() + s->arena.MemoryBytes() +
+             s->PendingBytes();
   }
   return total;
+}
+
+TableStats SparseTable::Stats() const {
+  TableStats t;
+  t.bytes = MemoryBytes();
+  for (const auto& s : stripes_) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    t.pending += static_cast<int64_t>(s->pending.size());
+  }
+  t.rows = Size();
+  t.admitted = admitted_.load(std::memory_order_relaxed);
+  t.rejected = rejected_.load(std::memory_order_relaxed);
+  t.evicted = evicted_.load(std::memory_order_relaxed);
+  t.pending_dropped = pending_dropped_.load(std::memory_order_relaxed);
+  t.cap_evicted = cap_evicted_.load(std::memory_order_relaxed);
+  return t;
 }
 
 void SparseTable::InitRow(char* row, int64_t key) const {
@@ -86,7 +120,8 @@ void SparseTable::InitRow(char* row, int64_t key) const {
   }
 }
 
-char* SparseTable::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok) {
+char* SparseTable::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
+                                bool* inserted) {
   const RowArena& arena = s->arena;
   uint32_t id = s->index.Find(
       key, h, [&arena](uint32_t r) { return KeyOf(arena.Row(r)); });
@@ -99,7 +134,108 @@ char* SparseTable::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok) {
   InitRow(row, key);
   s->index.Insert(h, id);
   size_.fetch_add(1, std::memory_order_relaxed);
+  if (inserted != nullptr) *inserted = true;
   return row;
+}
+
+char* SparseTable::FindOrAdmit(Stripe* s, int64_t key, uint64_t h, float show,
+                               float click, int64_t step, bool* ok,
+                               bool* fresh) {
+  const RowArena& arena = s->arena;
+  const uint32_t id = s->index.Find(
+      key, h, [&arena](uint32_t r) { return KeyOf(arena.Row(r)); });
+  if (id != HashIndex::kNotFound) return s->arena.Row(id);
+  PendingMap::Slot* p = s->pending.Find(key, h);
+  const float count = (p == nullptr ? 0.0f : p->count) + show;
+  if (count < config_.min_count) {
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    const uint32_t tick = ++s->tick;
+    if (p != nullptr) {
+      p->count = count;
+      p->tick = tick;
+    } else {
+      s->pending.Insert(key, h, count, tick);
+      if (s->pending.size() > s->pending_cap) DropPending(s);
+    }
+    return nullptr;
+  }
+  if (p != nullptr) s->pending.Erase(p);
+  bool inserted = false;
+  char* row = FindOrInsert(s, key, h, ok, &inserted);
+  if (row == nullptr) return nullptr;
+  SetMeta(row, {step, count, click});
+  admitted_.fetch_add(1, std::memory_order_relaxed);
+  *fresh = true;
+  return row;
+}
+
+void SparseTable::DropPending(Stripe* s) {
+  // Drops half the map: the lowest counts, and among equal counts the
+  // least recently counted (ticks are distinct, so exactly half goes).
+  struct Entry {
+    float count;
+    uint32_t age;  // ticks since the last update (wrap-safe)
+  };
+  std::vector<Entry> entries;
+  entries.reserve(s->pending.size());
+  const uint32_t now = s->tick;
+  s->pending.ForEach([&](const PendingMap::Slot& e) {
+    entries.push_back({e.count, now - e.tick});
+  });
+  const size_t drop = entries.size() / 2;
+  if (drop == 0) return;
+  auto colder = [](const Entry& a, const Entry& b) {
+    if (a.count != b.count) return a.count < b.count;
+    return a.age > b.age;
+  };
+  std::nth_element(entries.begin(), entries.begin() + (drop - 1),
+                   entries.end(), colder);
+  // Ticks are distinct, so (count, age) orders entries strictly: exactly
+  // the `drop` entries not after the pivot go.
+  const Entry pivot = entries[drop - 1];
+  s->pending.Filter([&](const PendingMap::Slot& e) {
+    return colder(pivot, Entry{e.count, now - e.tick});
+  });
+  pending_dropped_.fetch_add(static_cast<int64_t>(drop),
+                             std::memory_order_relaxed);
+}
+
+int64_t SparseTable::EnforceCap(Stripe* s) {
+  if (s->row_cap == 0 || s->index.size() <= s->row_cap) return 0;
+  // Free down to 90% of the cap, so the scan below runs once per ~cap/10
+  // inserts instead of once per insert.
+  const uint64_t target = s->row_cap - std::max<uint64_t>(1, s->row_cap / 10);
+  const uint64_t n_free = s->index.size() - target;
+  struct Victim {
+    float show;
+    int64_t last_step;
+    uint32_t row;
+  };
+  std::vector<Victim> rows;
+  rows.reserve(s->index.size());
+  const uint32_t last = s->arena.end();
+  for (uint32_t r = 0; r < last; ++r) {
+    if (!s->arena.IsLive(r)) continue;
+    const Meta m = MetaOf(s->arena.Row(r));
+    rows.push_back({m.show, m.last_step, r});
+  }
+  auto colder = [](const Victim& a, const Victim& b) {
+    if (a.show != b.show) return a.show < b.show;
+    if (a.last_step != b.last_step) return a.last_step < b.last_step;
+    return a.row < b.row;
+  };
+  std::nth_element(rows.begin(), rows.begin() + (n_free - 1), rows.end(),
+                   colder);
+  for (uint64_t i = 0; i < n_free; ++i) {
+    const uint32_t r = rows[i].row;
+    s->index.EraseRow(Mix64(static_cast<uint64_t>(KeyOf(s->arena.Row(r)))), r);
+    s->arena.Free(r);
+  }
+  const int64_t freed = static_cast<int64_t>(n_free);
+  size_.fetch_sub(freed, std::memory_order_relaxed);
+  evicted_.fetch_add(freed, std::memory_order_relaxed);
+  cap_evicted_.fetch_add(freed, std::memory_order_relaxed);
+  return freed;
 }
 
 void SparseTable::GroupByStripe(const int64_t* keys, int64_t n,
@@ -207,8 +343,10 @@ bool SparseTable::Pull(const int64_t* keys, int64_t n, bool training,
             char* row = nullptr;
             if (c != HashIndex::kNotFound && KeyOf(arena.Row(c)) == x.key) {
               row = arena.Row(c);
-            } else if (training) {
-              row = FindOrInsert(s, x.key, x.h, &ok);
+            } else if (training && !admission()) {
+              bool inserted = false;
+              row = FindOrInsert(s, x.key, x.h, &ok, &inserted);
+              if (inserted) admitted_.fetch_add(1, std::memory_order_relaxed);
             } else {
               const uint32_t id = s->index.Find(
                   x.key, x.h,
@@ -221,6 +359,7 @@ bool SparseTable::Pull(const int64_t* keys, int64_t n, bool training,
               std::memset(dst, 0, sizeof(float) * dim);
             }
           }
+          if (training) EnforceCap(s);
         }
         if (!ok) all_ok = false;
       });
@@ -320,9 +459,16 @@ bool SparseTable::PushWithRule(const int64_t* keys, int64_t n,
             char* row;
             if (c != HashIndex::kNotFound && KeyOf(arena.Row(c)) == x.key) {
               row = arena.Row(c);
+            } else if (admission()) {
+              bool fresh = false;
+              row = FindOrAdmit(s, x.key, x.h, g.show, g.click, step, &ok,
+                                &fresh);
+              if (row == nullptr || fresh) continue;
             } else {
-              row = FindOrInsert(s, x.key, x.h, &ok);
+              bool inserted = false;
+              row = FindOrInsert(s, x.key, x.h, &ok, &inserted);
               if (row == nullptr) continue;
+              if (inserted) admitted_.fetch_add(1, std::memory_order_relaxed);
             }
             const float* grad =
                 g.sum < 0 ? grads + x.i * dim : sums.data() + g.sum;
@@ -333,6 +479,7 @@ bool SparseTable::PushWithRule(const int64_t* keys, int64_t n,
             meta.last_step = step;
             SetMeta(row, meta);
           }
+          EnforceCap(s);
         }
         if (!ok) all_ok = false;
       });
@@ -426,6 +573,7 @@ bool SparseTable::Import(const int64_t* keys, int64_t n, const float* weights,
                         sizeof(float) * num_slots_);
             SetMeta(row, {meta[i].last_step, meta[i].show, meta[i].click});
           }
+          EnforceCap(s);
         }
         if (!ok) all_ok = false;
       });
@@ -467,6 +615,7 @@ EvictStats SparseTable::Evict(float show_decay_rate, float show_threshold,
             s->index.MaybeShrink();
             size_.fetch_sub(freed, std::memory_order_relaxed);
             evicted.fetch_add(freed, std::memory_order_relaxed);
+            evicted_.fetch_add(freed, std::memory_order_relaxed);
           }
         }
       });

@@ -25,6 +25,7 @@
 #include "tnet_ops/optimizers/optimizer.h"
 #include "tnet_ops/table/hash_index.h"
 #include "tnet_ops/table/initializer.h"
+#include "tnet_ops/table/pending_map.h"
 #include "tnet_ops/table/row_arena.h"
 
 namespace tnet {
@@ -34,6 +35,11 @@ struct TableConfig {
   OptimizerConfig optimizer;
   InitializerConfig initializer;
   int num_stripes = 64;  // power of two
+  // Lifecycle (see Admission and Cap below). min_count <= 1 admits every
+  // key on first sight, as a table without admission does.
+  float min_count = 1.0f;
+  int64_t admission_capacity = 1 << 20;  // pending keys per shard
+  int64_t max_rows = 0;                  // per shard; 0 = unbounded
 };
 
 // Runs fn(begin, end) over [0, n) work items, possibly in parallel; `cost`
@@ -55,6 +61,18 @@ struct EvictStats {
   int64_t remaining = 0;
 };
 
+// Lifecycle counters of one shard since it was created (Stats()).
+struct TableStats {
+  int64_t rows = 0;             // live rows now
+  int64_t admitted = 0;         // rows created by pulls / pushes (not imports)
+  int64_t rejected = 0;         // pushed keys dropped: not admitted yet
+  int64_t evicted = 0;          // rows freed by Evict and by the row cap
+  int64_t bytes = 0;            // MemoryBytes()
+  int64_t pending = 0;          // keys counted towards admission now
+  int64_t pending_dropped = 0;  // pending counts dropped when the map was full
+  int64_t cap_evicted = 0;      // the part of `evicted` freed by the row cap
+};
+
 class SparseTable {
  public:
   explicit SparseTable(const TableConfig& config);
@@ -65,9 +83,33 @@ class SparseTable {
   int num_slots() const { return num_slots_; }
   int64_t Size() const { return size_.load(std::memory_order_relaxed); }
   int64_t MemoryBytes() const;
+  TableStats Stats() const;
 
-  // out[n * dim]. training: missing keys get a row initialized from the key;
-  // otherwise missing keys read zeros and nothing is inserted.
+  // Admission (min_count > 1): a key gets a row only once pushes have
+  // brought its show count (the `shows` input, or 1 per occurrence) to
+  // min_count. Until then Pull reads zeros even in training and inserts
+  // nothing, and Push adds the shows to the key's pending count and drops
+  // its gradient (counted in `rejected`). The push that reaches min_count
+  // inserts the row from the key-seeded initializer with show = the pending
+  // count and last_step = step, and applies no gradient (the gradient was
+  // computed against the zeros the key read). Pending counts live in an
+  // exact per-stripe map of at most admission_capacity / num_stripes keys;
+  // when a stripe's map is full, half of its keys are dropped (lowest counts
+  // first, least recently counted first among equal counts; pending_dropped):
+  // those keys start counting again, so a key is admitted late, never early
+  // (no false admissions).
+  //
+  // Cap (max_rows > 0): each stripe holds at most its share of max_rows
+  // (the shares sum to max_rows). When an operation leaves a stripe above
+  // its share, the stripe frees its lowest-show rows (older last_step first
+  // among equal shows) down to 90% of its share before the operation
+  // returns, still under the stripe lock, so Size() never exceeds max_rows
+  // between operations; during one operation a stripe may briefly hold the
+  // batch's new keys on top. Freed rows and chunks are reused.
+
+  // out[n * dim]. training: missing keys get a row initialized from the key
+  // (unless admission holds them back); otherwise missing keys read zeros
+  // and nothing is inserted.
   // Returns false if memory ran out (the rows inserted so far stay).
   bool Pull(const int64_t* keys, int64_t n, bool training, float* out,
             const ParallelRunner& run);
@@ -142,7 +184,20 @@ class SparseTable {
     return stripe_shift_ >= 64 ? 0 : static_cast<uint32_t>(h >> stripe_shift_);
   }
   // Finds or inserts (initialized) the row of key. Caller holds the lock.
-  char* FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok);
+  // *inserted (if given) says whether the row is new.
+  char* FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
+                     bool* inserted = nullptr);
+  // Push path with admission: the row of key, or nullptr while the key is
+  // not admitted (its pending count grows by show). *fresh: the row was
+  // admitted by this call (no gradient must be applied).
+  char* FindOrAdmit(Stripe* s, int64_t key, uint64_t h, float show,
+                    float click, int64_t step, bool* ok, bool* fresh);
+  // Drops half of a full pending map (lowest count, then oldest, first).
+  void DropPending(Stripe* s);
+  // Frees the stripe's lowest-show rows if it is above its row cap; returns
+  // how many. Caller holds the lock.
+  int64_t EnforceCap(Stripe* s);
+  bool admission() const { return config_.min_count > 1.0f; }
   void InitRow(char* row, int64_t key) const;
 
   // One key of a batch: its Mix64 hash, the key and its position.
@@ -183,6 +238,11 @@ class SparseTable {
   std::vector<std::unique_ptr<Stripe>> stripes_;
   std::atomic<int64_t> size_{0};
   std::atomic<int64_t> max_step_{0};
+  std::atomic<int64_t> admitted_{0};
+  std::atomic<int64_t> rejected_{0};
+  std::atomic<int64_t> evicted_{0};
+  std::atomic<int64_t> pending_dropped_{0};
+  std::atomic<int64_t> cap_evicted_{0};
 };
 
 // Number of optimizer slots per row for a rule and dim.
