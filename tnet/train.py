@@ -407,7 +407,6 @@ def export_and_check(model, spec) -> dict:
     """Exports for serving, then reloads the SavedModel in a fresh Python
     process that never imports tnet and compares its predictions with this
     process's on a hold-out batch."""
-    import subprocess  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
     if isinstance(spec, MovielensSpec):
         return export_and_check_retrieval(model, spec)
@@ -422,20 +421,8 @@ def export_and_check(model, spec) -> dict:
     np.savez(sample_path, __expected__=expected, **sample)
     tolerance = {None: 1e-5, "float16": 1e-3, "int8": 1e-2}[FLAGS.quantize]
     result = {"path": path, "quantize": FLAGS.quantize}
-    checker = os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), "tools", "check_export.py")
-    if not os.path.exists(checker):
-        logging.warning("tools/check_export.py not found; export not checked")
-        return result
-    res = subprocess.run([sys.executable, checker, "--export_dir", path,
-                          "--sample", sample_path, "--tolerance",
-                          str(tolerance)], env=_checker_env(), capture_output=True,
-                         text=True, cwd="/")
-    print(res.stdout.strip(), flush=True)
-    if res.returncode != 0:
-        raise RuntimeError(f"the exported SavedModel failed its check:\n"
-                           f"{res.stdout}{res.stderr[-3000:]}")
-    result["checked_without_tnet"] = True
+    result["checked_without_tnet"] = _run_checker(
+        "check_export.py", path, sample_path, tolerance)
     return result
 
 
@@ -443,7 +430,6 @@ def export_and_check_retrieval(model, spec) -> dict:
     """The two-tower export (query features -> top-K ids and scores),
     reloaded in a fresh process without tnet and compared with this
     process's BruteForce top-K on hold-out queries."""
-    import subprocess  # noqa: PLC0415
     import numpy as np  # noqa: PLC0415
     version = os.path.join(FLAGS.export_dir, str(int(time.time())))
     path = tn.saving.export_for_serving(model, version,
@@ -461,25 +447,34 @@ def export_and_check_retrieval(model, spec) -> dict:
     np.savez(sample_path, __ids__=ids.numpy(), __scores__=scores.numpy(),
              **{k: (v.astype("S") if v.dtype == object else v)
                 for k, v in sample.items()})
+    result["checked_without_tnet"] = _run_checker(
+        "check_retrieval_export.py", path, sample_path, 1e-4)
+    return result
+
+
+def _run_checker(script: str, path: str, sample_path: str,
+                 tolerance: float) -> bool:
+    """Runs tools/<script> on an export in a fresh process that never imports
+    tnet (no PYTHONPATH, no cluster, no preload); raises if it fails.
+    Returns False (with a warning) when the tools/ folder is not installed."""
+    import subprocess  # noqa: PLC0415
     checker = os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), "tools", "check_retrieval_export.py")
+        os.path.abspath(__file__))), "tools", script)
+    if not os.path.exists(checker):
+        logging.warning("tools/%s not found; export not checked", script)
+        return False
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CONFIG", "PYTHONPATH", "LD_PRELOAD")
+           and not k.startswith("TNET_BIND")}
     res = subprocess.run([sys.executable, checker, "--export_dir", path,
-                          "--sample", sample_path, "--tolerance", "1e-4"],
-                         env=_checker_env(), capture_output=True, text=True,
-                         cwd="/")
+                          "--sample", sample_path, "--tolerance",
+                          str(tolerance)], env=env, capture_output=True,
+                         text=True, cwd="/")
     print(res.stdout.strip(), flush=True)
     if res.returncode != 0:
         raise RuntimeError(f"the exported SavedModel failed its check:\n"
                            f"{res.stdout}{res.stderr[-3000:]}")
-    result["checked_without_tnet"] = True
-    return result
-
-
-def _checker_env() -> dict:
-    """The environment of an export check: no tnet, no cluster, no preload."""
-    return {k: v for k, v in os.environ.items()
-            if k not in ("TF_CONFIG", "PYTHONPATH", "LD_PRELOAD")
-            and not k.startswith("TNET_BIND")}
+    return True
 
 
 def _write_summary(summary: dict) -> None:
