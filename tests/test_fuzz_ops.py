@@ -22,7 +22,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "programs" / "fuzz_ops.py"
 CASES = int(os.environ.get("FUZZ_CASES", "2000"))
-BATCHES = int(os.environ.get("FUZZ_BATCHES", "4"))
+BATCHES = int(os.environ.get("FUZZ_BATCHES", "2"))
 SEED = int(os.environ.get("FUZZ_SEED", "0"))
 
 
@@ -66,8 +66,16 @@ def fuzz_runs(tmp_path_factory) -> list[dict]:
     per = max(1, CASES // BATCHES)
     runs = [run_batch(SEED + i, per, workdir) for i in range(BATCHES)]
     if os.environ.get("FUZZ_RESULTS"):
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        model = next((l.split(":", 1)[1].strip() for l in lscpu.splitlines()
+                      if l.startswith("Model name")), "?")
+        result = dict(aggregate(runs), date=time.strftime("%Y-%m-%d %H:%M UTC",
+                                                          time.gmtime()),
+                      machine=f"{model}, {os.cpu_count()} cpus",
+                      command=f"FUZZ_CASES={CASES} FUZZ_BATCHES={BATCHES} "
+                              f"FUZZ_SEED={SEED} pytest tests/test_fuzz_ops.py")
         pathlib.Path(os.environ["FUZZ_RESULTS"]).write_text(
-            json.dumps(aggregate(runs), indent=1))
+            json.dumps(result, indent=1))
     return runs
 
 
