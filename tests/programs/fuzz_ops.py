@@ -175,8 +175,13 @@ def _check_success(case: dict, out, pool: Pool) -> None:
     elif op == "TnetSumRows" and not case.get("generic"):
         v = fc.materialize(args["values"]).astype(np.float32)
         idx = fc.materialize(args["indices"])
-        want = np.zeros((int(fc.materialize(args["num_rows"])), v.shape[1]),
-                        np.float32)
+        rows = int(fc.materialize(args["num_rows"]))
+        if tuple(out.shape) != (rows, v.shape[1]):
+            raise BadOutcome(f"sum_rows output {out.shape}, want "
+                             f"{(rows, v.shape[1])}")
+        if rows > 10**6:  # e.g. [2^62, 0]: the shape check only
+            return
+        want = np.zeros((rows, v.shape[1]), np.float32)
         np.add.at(want, idx, v)
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
     elif op in ("SparseTableSize", "SparseTableMemoryBytes"):
