@@ -119,3 +119,38 @@ def test_the_harness_reports_a_crash_with_its_case(tmp_path):
     log = (tmp_path / "cases_7.jsonl").read_text().splitlines()
     assert log[5] in report["error"]
     assert "--replay" in report["error"]
+
+
+# Cases the fuzzer found that aborted the process, replayed in a subprocess
+# (a regression would kill the test runner otherwise).
+REGRESSIONS = {
+    "export with a negative dim attr": {
+        "op": "SparseTableExport", "handle": "sgd4", "attrs": {"dim": -2**63},
+        "args": {k: {"dtype": "int64", "shape": [], "fill": "value",
+                     "value": 0, "seed": 0} for k in ("cursor", "max_rows")}},
+    "pull with dim -1": {
+        "op": "SparseTablePull", "handle": "ftrl8", "attrs": {"dim": -1},
+        "args": {"keys": {"dtype": "int64", "shape": [3], "fill": "range",
+                          "value": 0, "seed": 0},
+                 "training": {"dtype": "bool", "shape": [], "fill": "value",
+                              "value": 1, "seed": 0}}},
+    "sum_rows num_rows * d overflows": {
+        "op": "TnetSumRows", "handle": None, "attrs": {}, "args": {
+            "values": {"dtype": "float32", "shape": [1, 4], "fill": "range",
+                       "value": 0, "seed": 0},
+            "indices": {"dtype": "int32", "shape": [1], "fill": "value",
+                        "value": 0, "seed": 0},
+            "num_rows": {"dtype": "int64", "shape": [], "fill": "value",
+                         "value": 2**63 - 1, "seed": 0}}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(REGRESSIONS))
+def test_cases_that_once_aborted_are_invalid_argument(name):
+    case = dict(REGRESSIONS[name], graph=False)
+    proc = subprocess.run(
+        [sys.executable, str(PROGRAM), "--replay", json.dumps(case)],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "invalid_argument"
