@@ -61,3 +61,37 @@ bench: bench-ops bench-train bench-pss bench-saving bench-retrieval bench-lifecy
 
 clean:
 	rm -rf build tnet/_lib/*.so *.egg-info
+
+# Robustness (issue 7): longer runs than `make test`'s bounded ones.
+# fuzz: FUZZ_CASES random op calls (tests/test_fuzz_ops.py), new seeds each
+#   run unless FUZZ_SEED is set; outcome counts -> bench/results/fuzz_ops.json.
+# stress: STRESS_SECONDS of threads on one table, through the TF ops
+#   (tests/test_stress.py) and through the C++ table alone (table_stress.cc).
+# sanitize: the op library under AddressSanitizer and ThreadSanitizer
+#   (tools/sanitizers/sanitize.sh; builds into build/sanitize/, leaves
+#   tnet/_lib alone).
+.PHONY: fuzz stress sanitize sanitize-asan sanitize-tsan
+FUZZ_CASES ?= 40000
+STRESS_SECONDS ?= 300
+
+fuzz: build
+	mkdir -p bench/results
+	FUZZ_CASES=$(FUZZ_CASES) FUZZ_BATCHES=$$(( $(FUZZ_CASES) / 2000 + 1 )) \
+	FUZZ_SEED=$${FUZZ_SEED:-$$(date +%s)} \
+	FUZZ_RESULTS=bench/results/fuzz_ops.json \
+	    $(PY) -m pytest -q -p no:cacheprovider tests/test_fuzz_ops.py
+
+stress: build
+	STRESS_SECONDS=$(STRESS_SECONDS) $(PY) -m pytest -q tests/test_stress.py
+	mkdir -p build/stress
+	$${CXX:-g++} -std=c++17 -O2 -I. tools/sanitizers/table_stress.cc \
+	    tnet_ops/table/sparse_table.cc -pthread -o build/stress/table_stress
+	build/stress/table_stress $(STRESS_SECONDS) 4 4
+
+sanitize-asan: build
+	PY=$(abspath $(PY)) tools/sanitizers/sanitize.sh asan
+
+sanitize-tsan: build
+	PY=$(abspath $(PY)) tools/sanitizers/sanitize.sh tsan
+
+sanitize: sanitize-asan sanitize-tsan

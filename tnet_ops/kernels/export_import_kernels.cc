@@ -15,7 +15,7 @@ class SparseTableExportOp : public tf::OpKernel {
  public:
   explicit SparseTableExportOp(tf::OpKernelConstruction* ctx)
       : tf::OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    OP_REQUIRES_OK(ctx, GetDimAttr(ctx, &dim_));
   }
 
   void Compute(tf::OpKernelContext* ctx) override {
@@ -75,7 +75,7 @@ class SparseTableImportOp : public tf::OpKernel {
  public:
   explicit SparseTableImportOp(tf::OpKernelConstruction* ctx)
       : tf::OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    OP_REQUIRES_OK(ctx, GetDimAttr(ctx, &dim_));
   }
 
   void Compute(tf::OpKernelContext* ctx) override {

@@ -15,7 +15,7 @@ class SparseTablePullOp : public tf::OpKernel {
  public:
   explicit SparseTablePullOp(tf::OpKernelConstruction* ctx)
       : tf::OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    OP_REQUIRES_OK(ctx, GetDimAttr(ctx, &dim_));
   }
 
   void Compute(tf::OpKernelContext* ctx) override {
@@ -50,7 +50,7 @@ class SparseTablePushOp : public tf::OpKernel {
  public:
   explicit SparseTablePushOp(tf::OpKernelConstruction* ctx)
       : tf::OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    OP_REQUIRES_OK(ctx, GetDimAttr(ctx, &dim_));
   }
 
   void Compute(tf::OpKernelContext* ctx) override {

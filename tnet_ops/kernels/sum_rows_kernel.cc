@@ -37,8 +37,14 @@ class TnetSumRowsOp : public tf::OpKernel {
                                             num_rows));
     const int64_t k = values.dim_size(0);
     const int64_t d = values.dim_size(1);
+    // Checked, not {num_rows, d}: TensorShape aborts the process on overflow.
+    tf::TensorShape shape;
+    OP_REQUIRES(ctx, tf::TensorShape::BuildTensorShape({num_rows, d}, &shape).ok(),
+                tf::errors::InvalidArgument(
+                    "num_rows * d = ", num_rows, " * ", d, " overflows the "
+                    "output size; num_rows is the number of output rows"));
     tf::Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {num_rows, d}, &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out));
     float* o = out->flat<float>().data();
     std::memset(o, 0, sizeof(float) * num_rows * d);
     const float* v = values.flat<float>().data();

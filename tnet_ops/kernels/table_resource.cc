@@ -37,6 +37,15 @@ tf::Status LookupTable(tf::OpKernelContext* ctx, int index,
   return tf::OkStatus();
 }
 
+tf::Status GetDimAttr(tf::OpKernelConstruction* ctx, int64_t* dim) {
+  TF_RETURN_IF_ERROR(ctx->GetAttr("dim", dim));
+  if (*dim < 1) {
+    return tf::errors::InvalidArgument("dim must be >= 1 (the table's row "
+                                       "width), got ", *dim);
+  }
+  return tf::OkStatus();
+}
+
 ParallelRunner MakeRunner(tf::OpKernelContext* ctx) {
   tf::thread::ThreadPool* pool =
       ctx->device()->tensorflow_cpu_worker_threads()->workers;

@@ -30,6 +30,12 @@ class TableResource : public ::tensorflow::ResourceBase {
                                  int64_t expected_dim,
                                  ::tensorflow::core::RefCountPtr<TableResource>* out);
 
+// The op's `dim` attr, which must be >= 1: a negative one would otherwise
+// pass LookupTable as "any dim" and reach TensorShape, which aborts the
+// process on negative sizes.
+::tensorflow::Status GetDimAttr(::tensorflow::OpKernelConstruction* ctx,
+                                int64_t* dim);
+
 // Runs work on the op's CPU worker pool.
 ParallelRunner MakeRunner(::tensorflow::OpKernelContext* ctx);
 

@@ -1,0 +1,368 @@
+"""Hypothesis strategies for fuzzing tnet's ops, and how to run one case.
+
+A case is plain JSON (op name, argument specs, attrs, eager or graph), so
+the runner can log it before running it: when the op kills the process the
+log's last line is the case that did it, and `fuzz_ops.py --replay` reruns
+it. Tensors are specs (dtype, shape, fill, seed), not values, which keeps
+the log small even for huge inputs and lets hypothesis shrink shapes.
+
+Two kinds of case cover each op:
+- targeted: arguments of the right dtypes and mostly the right ranks, with
+  hostile values (NaN/inf, extreme ints, wrong lengths, other tables'
+  handles, destroyed handles), so inputs get past the first check;
+- generic: built from the op's registered OpDef only (any dtype, any rank,
+  random attrs), so an op added later is fuzzed without new code.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+I32_MIN, I32_MAX = -(2**31), 2**31 - 1
+
+# Pool tables: name -> (dim, optimizer, num_stripes). The runner creates them
+# once per process; "destroyed" is a table handle whose resource is gone,
+# "variable" a handle to a tf.Variable (another resource type).
+POOL = {
+    "sgd4": (4, "sgd", 64),
+    "adam1": (1, "adam", 1),
+    "ftrl8": (8, "ftrl", 8),
+    "adagrad3": (3, "adagrad", 2),
+    "rowwise16": (16, "rowwise_adagrad", 64),
+}
+BAD_HANDLES = ["destroyed", "variable", "hashtable"]
+HANDLES = list(POOL) + BAD_HANDLES
+
+DTYPES = ["int64", "int32", "float32", "float64", "bool", "string"]
+FLOAT_VALUES = [0.0, 1.0, -1.0, 0.5, 1e-45, -1e-38, 3.4e38, -3.4e38,
+                float("nan"), float("inf"), float("-inf"), 2.0, 1e6]
+INT_VALUES = [0, 1, -1, 2, 5, 64, 1000, 2**31, 2**40, 2**62, I64_MAX,
+              I64_MIN, -(2**40), I32_MAX, I32_MIN]
+FILLS = ["rand", "range", "value", "with_nan", "with_inf", "dups"]
+# Dimension sizes: mostly small, sometimes 0, rarely large.
+SIZES = [0, 1, 1, 2, 3, 4, 5, 8, 16, 17, 64, 300, 4096, 100_000]
+MAX_ELEMENTS = 2_000_000
+
+sizes = st.sampled_from(SIZES)
+
+
+def mostly(good: st.SearchStrategy, bad: st.SearchStrategy,
+           p_good: float = 0.8) -> st.SearchStrategy:
+    """`good` with probability ~p_good, else `bad`: most cases must get past
+    the first check to reach the code behind it."""
+    cut = round(p_good * 10)
+    return st.integers(0, 9).flatmap(lambda i: good if i < cut else bad)
+
+
+def tensor(dtype: str | st.SearchStrategy = "float32",
+           shape: list | st.SearchStrategy | None = None) -> st.SearchStrategy:
+    """A tensor spec: {dtype, shape, fill, value, seed}."""
+    dt = dtype if isinstance(dtype, st.SearchStrategy) else st.just(dtype)
+    if shape is None:
+        shape = st.lists(sizes, min_size=0, max_size=3)
+    elif not isinstance(shape, st.SearchStrategy):
+        shape = st.just(shape)
+    return st.fixed_dictionaries({
+        "dtype": dt, "shape": shape, "fill": st.sampled_from(FILLS),
+        "value": st.one_of(st.sampled_from(FLOAT_VALUES),
+                           st.sampled_from(INT_VALUES)),
+        "seed": st.integers(0, 2**16)})
+
+
+def scalar(dtype: str, good: list, bad: list = ()) -> st.SearchStrategy:
+    """Mostly a proper scalar of a `good` value; else a `bad` value or a
+    vector or matrix."""
+    shape = mostly(st.just([]), st.sampled_from([[1], [2, 1], [0]]), 0.9)
+    values = st.sampled_from(good)
+    if bad:
+        values = mostly(values, st.sampled_from(bad))
+    return st.fixed_dictionaries({
+        "dtype": st.just(dtype), "shape": shape, "fill": st.just("value"),
+        "value": values, "seed": st.just(0)})
+
+
+def materialize(spec: dict) -> np.ndarray:
+    """The numpy array a spec describes (deterministic)."""
+    dtype, fill, value = spec["dtype"], spec["fill"], spec["value"]
+    shape = list(spec["shape"])
+    while int(np.prod(shape, dtype=np.float64)) > MAX_ELEMENTS:
+        shape[int(np.argmax(shape))] //= 16
+    n = int(np.prod(shape, dtype=np.int64))
+    rng = np.random.default_rng(spec["seed"])
+    if dtype == "string":
+        return np.array([f"s{i}" for i in range(n)], dtype=object).reshape(shape)
+    npt = np.dtype("bool" if dtype == "bool" else dtype)
+    if fill == "value" or fill == "dups":
+        if npt.kind == "f":
+            v = float(value)
+        elif npt.kind == "b":
+            v = bool(value)
+        else:
+            info = np.iinfo(npt)
+            v = int(value) if not isinstance(value, float) or np.isfinite(value) else 0
+            v = min(max(v, info.min), info.max)
+        return np.full(shape, v, npt)
+    if fill == "mod":  # ints in [0, value): valid indices
+        return rng.integers(0, max(int(value), 1), n).astype(npt).reshape(shape)
+    if fill == "range":
+        return (np.arange(n) % 2 if npt.kind == "b" else np.arange(n)).astype(
+            npt).reshape(shape)
+    if npt.kind == "f":
+        out = rng.normal(0, 1, n).astype(npt)
+        if n and fill == "with_nan":
+            out[rng.integers(n)] = np.nan
+        if n and fill == "with_inf":
+            out[rng.integers(n)] = -np.inf if rng.integers(2) else np.inf
+    elif npt.kind == "b":
+        out = rng.integers(0, 2, n).astype(bool)
+    else:
+        info = np.iinfo(npt)
+        if rng.integers(2):
+            out = rng.integers(info.min, info.max, n, dtype=npt, endpoint=True)
+        else:
+            out = rng.integers(-1000, 1000, n).astype(npt)
+    return out.reshape(shape)
+
+
+# ---------------------------------------------------------------- targeted
+handle = mostly(st.sampled_from(list(POOL)), st.sampled_from(BAD_HANDLES))
+dim_attr = st.sampled_from([1, 3, 4, 8, 16, 0, -1, -4, 2, 65536, I32_MAX,
+                            I64_MAX, I64_MIN])
+KEY_FILLS = ["rand", "range", "value", "dups"]
+
+
+def tensor_of(dtype: Any, shape: st.SearchStrategy,
+              fills: list) -> st.SearchStrategy:
+    """tensor() restricted to some fills (e.g. finite floats)."""
+    return tensor(dtype, shape).flatmap(
+        lambda t: st.sampled_from(fills).map(lambda f: dict(t, fill=f)))
+
+
+keys = mostly(
+    tensor_of("int64", st.lists(sizes, min_size=1, max_size=1), KEY_FILLS),
+    tensor(st.sampled_from(["int64", "int32"]),
+           st.lists(sizes, min_size=0, max_size=2)))
+
+
+def _rows(n: Any, cols: Any) -> st.SearchStrategy:
+    return mostly(
+        tensor_of("float32", st.just([n, cols]), ["rand", "range", "value"]),
+        tensor("float32", st.lists(sizes, min_size=0, max_size=3)))
+
+
+def _dim(h: str) -> st.SearchStrategy:
+    return mostly(st.just(_pool_dim(h)), dim_attr, 0.9)
+
+
+@st.composite
+def pull_case(draw) -> dict:
+    h = draw(handle)
+    k = draw(keys)
+    return {"op": "SparseTablePull", "handle": h,
+            "args": {"keys": k, "training": draw(scalar("bool", [True, False]))},
+            "attrs": {"dim": draw(_dim(h))}}
+
+
+def _pool_dim(h: str) -> int:
+    return POOL.get(h, (4,))[0]
+
+
+def _pool_slots(h: str) -> int:
+    dim, opt, _ = POOL.get(h, (4, "sgd", 1))
+    return {"sgd": 0, "adagrad": dim, "rowwise_adagrad": 1, "adam": 2 * dim,
+            "ftrl": 2 * dim}[opt]
+
+
+@st.composite
+def push_case(draw) -> dict:
+    h = draw(handle)
+    k = draw(keys)
+    n = k["shape"][0] if k["shape"] else 1
+    n = draw(mostly(st.just(n), sizes))
+    counts = mostly(
+        tensor_of("float32", st.sampled_from([[0], [n]]), ["rand", "value"]),
+        tensor("float32", st.sampled_from([[n + 1], [], [1], [n, 1]])))
+    return {"op": "SparseTablePush", "handle": h, "args": {
+        "keys": k, "grads": draw(_rows(n, _pool_dim(h))),
+        "learning_rate": draw(scalar("float32", [0.0, 0.1, 1.0, 1e-45, 2.0,
+                                                 1e6, 3.4e38],
+                                     [float("nan"), float("inf"), -1.0])),
+        "step": draw(scalar("int64", [0, 1, 5, 2**40, I64_MAX], [-1, I64_MIN])),
+        "shows": draw(counts), "clicks": draw(counts),
+    }, "attrs": {"dim": draw(_dim(h))}}
+
+
+@st.composite
+def export_case(draw) -> dict:
+    h = draw(handle)
+    return {"op": "SparseTableExport", "handle": h, "args": {
+        "cursor": draw(scalar("int64", [0, -1, "last", "last", 1, 2**40,
+                                        (63 << 40) | 5, 2**40 - 1],
+                              [(64 << 40), I64_MAX, I64_MIN, -2])),
+        "max_rows": draw(scalar("int64", [0, 1, 7, 1000, I64_MAX, 2**40],
+                                [-1, I64_MIN])),
+    }, "attrs": {"dim": draw(_dim(h))}}
+
+
+@st.composite
+def import_case(draw) -> dict:
+    h = draw(handle)
+    dim = _pool_dim(h)
+    k = draw(keys)
+    n = k["shape"][0] if k["shape"] else 1
+    n = draw(mostly(st.just(n), sizes))
+    slots = draw(mostly(st.just(_pool_slots(h)),
+                        st.sampled_from([0, dim, 2 * dim, 1, 3])))
+    meta = mostly(st.fixed_dictionaries({
+        "dtype": st.just("float64"), "shape": st.just([n, 3]),
+        "fill": st.sampled_from(["value", "value", "range"]),
+        "value": st.sampled_from([0.0, 1.0, 2.0**52, 2.0**53, -1.0, 0.5,
+                                  float("nan"), float("inf")]),
+        "seed": st.just(0)}),
+        tensor("float64", st.lists(sizes, min_size=0, max_size=3)))
+    return {"op": "SparseTableImport", "handle": h, "args": {
+        "keys": k, "weights": draw(_rows(n, dim)),
+        "slots": draw(_rows(n, slots)), "meta": draw(meta),
+    }, "attrs": {"dim": draw(st.one_of(st.just(dim), dim_attr))}}
+
+
+@st.composite
+def evict_case(draw) -> dict:
+    return {"op": "SparseTableEvict", "handle": draw(handle), "args": {
+        "show_decay_rate": draw(scalar("float32", [1.0, 0.99, 0.5, 0.0, 1e-45],
+                                       FLOAT_VALUES)),
+        "show_threshold": draw(scalar("float32", [0.0, 0.5, 1.0, -1.0, 3.4e38,
+                                                  -3.4e38], FLOAT_VALUES)),
+        "ttl_steps": draw(scalar("int64", [0, 1, 100, I64_MAX], INT_VALUES)),
+        "current_step": draw(scalar("int64", [0, 5, 2**40, I64_MAX],
+                                    INT_VALUES)),
+    }, "attrs": {"compact": draw(st.booleans())}}
+
+
+@st.composite
+def info_case(draw) -> dict:
+    op = draw(st.sampled_from(["SparseTableSize", "SparseTableMemoryBytes"]))
+    return {"op": op, "handle": draw(handle), "args": {}, "attrs": {}}
+
+
+@st.composite
+def sum_rows_case(draw) -> dict:
+    k = draw(sizes)
+    d = draw(st.sampled_from([0, 1, 4, 16]))
+    values = draw(mostly(
+        tensor_of("float32", st.just([k, d]), ["rand", "range", "value"]),
+        tensor(st.sampled_from(["float32", "float64"]),
+               st.lists(sizes, min_size=0, max_size=3))))
+    nr = draw(mostly(st.sampled_from([1, 5, 1000, 4096]),
+                     st.sampled_from([0, -1, 2**45, 2**62, I64_MAX, I64_MIN])))
+    idx = draw(mostly(
+        st.fixed_dictionaries({
+            "dtype": st.just("int32"), "shape": st.just([k]),
+            "fill": st.just("rand"), "value": st.just(0),
+            "seed": st.integers(0, 2**16)}).map(
+                lambda t: dict(t, fill="mod", value=nr)),
+        tensor(st.sampled_from(["int32", "int64"]),
+               st.lists(sizes, min_size=0, max_size=2))))
+    # num_rows avoids 1e8..2^44: a real (if silly) allocation the size of
+    # this machine's memory; beyond it the allocator refuses.
+    num_rows = draw(mostly(scalar("int64", [nr]),
+                           scalar("int64", [0, 1, 5, -1, 2**45, I64_MIN])))
+    return {"op": "TnetSumRows", "handle": None,
+            "args": {"values": values, "indices": idx, "num_rows": num_rows},
+            "attrs": {}}
+
+
+NAMES = ["", "t", "x" * 300, "a/b", "bad name!", "\u00e9", "clash"]
+
+
+INIT_PARAMS = {"zeros": [], "constant": [0.5], "uniform": [-0.1, 0.1],
+               "normal": [0.0, 0.1], "truncated_normal": [0.0, 0.05]}
+FLOAT_ATTRS = ["initial_accumulator_value", "epsilon", "beta_1", "beta_2",
+               "learning_rate_power", "l1_regularization_strength",
+               "l2_regularization_strength",
+               "l2_shrinkage_regularization_strength", "beta"]
+
+
+@st.composite
+def handle_case(draw) -> dict:
+    """SparseTableHandle: a valid configuration with (mostly) one hostile
+    attr. The runner pulls from the new table when asked, then destroys it."""
+    init = draw(st.sampled_from(sorted(INIT_PARAMS)))
+    attrs = {
+        "dim": draw(st.sampled_from([1, 2, 4, 7, 64])),
+        "optimizer": draw(st.sampled_from(
+            ["sgd", "adagrad", "rowwise_adagrad", "adam", "ftrl"])),
+        "initializer": init, "initializer_params": INIT_PARAMS[init],
+        "seed": draw(st.sampled_from(INT_VALUES)),
+        "num_stripes": draw(st.sampled_from([1, 2, 64, 4096])),
+        "container": draw(st.sampled_from(["", "c1"])),
+        "shared_name": draw(st.sampled_from(NAMES)),
+    }
+    hostile = {
+        "dim": dim_attr,
+        "optimizer": st.sampled_from(["", "SGD", "rmsprop", "adam\0x"]),
+        "initializer": st.sampled_from(["", "glorot"] + sorted(INIT_PARAMS)),
+        "initializer_params": st.lists(st.sampled_from(FLOAT_VALUES),
+                                       max_size=3),
+        "num_stripes": st.sampled_from([65536, 0, 3, -4, 131072, I64_MAX]),
+        "container": st.sampled_from(["x" * 300, "bad name!", "\u00e9"]),
+        **{name: st.sampled_from(FLOAT_VALUES + [0.9, 0.999, -0.5, 1e-7])
+           for name in FLOAT_ATTRS},
+    }
+    for _ in range(draw(st.sampled_from([0, 1, 1, 1, 2]))):
+        name = draw(st.sampled_from(sorted(hostile)))
+        attrs[name] = draw(hostile[name])
+    return {"op": "SparseTableHandle", "handle": None, "args": {},
+            "attrs": attrs, "then_pull": draw(st.booleans())}
+
+
+TARGETED = {
+    "SparseTableHandle": handle_case(),
+    "SparseTablePull": pull_case(),
+    "SparseTablePush": push_case(),
+    "SparseTableExport": export_case(),
+    "SparseTableImport": import_case(),
+    "SparseTableEvict": evict_case(),
+    "SparseTableSize": info_case(),
+    "SparseTableMemoryBytes": info_case(),
+    "TnetSumRows": sum_rows_case(),
+}
+
+
+# ----------------------------------------------------------------- generic
+_ATTR_VALUES = {
+    "int": st.sampled_from([0, 1, 4, -1, 8, 65536, I64_MAX, I64_MIN]),
+    "float": st.sampled_from(FLOAT_VALUES),
+    "bool": st.booleans(),
+    "string": st.sampled_from(["", "sgd", "zeros", "x" * 100]),
+    "list(float)": st.lists(st.sampled_from(FLOAT_VALUES), max_size=4),
+    "list(int)": st.lists(st.sampled_from(INT_VALUES), max_size=4),
+    "type": st.sampled_from(["int64", "int32", "float32"]),
+}
+
+
+@st.composite
+def generic_case(draw, op_def) -> dict:
+    """Arguments from the OpDef alone: each input any dtype (biased to the
+    declared one), any rank; each attr a random value of its type."""
+    from tensorflow.python.framework import dtypes  # noqa: PLC0415
+    args, h = {}, None
+    for arg in op_def.input_arg:
+        if arg.type == dtypes.resource.as_datatype_enum:
+            h = draw(handle)
+            continue
+        declared = (dtypes.as_dtype(arg.type).name if arg.type
+                    else draw(st.sampled_from(DTYPES)))
+        dt = draw(st.one_of(st.just(declared), st.just(declared),
+                            st.sampled_from(DTYPES)))
+        args[arg.name] = draw(tensor(dt))
+    attrs = {}
+    for a in op_def.attr:
+        if a.type in _ATTR_VALUES and (not a.HasField("default_value")
+                                       or draw(st.booleans())):
+            attrs[a.name] = draw(_ATTR_VALUES[a.type])
+    return {"op": op_def.name, "handle": h, "args": args, "attrs": attrs,
+            "generic": True}

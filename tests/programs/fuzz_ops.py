@@ -1,0 +1,255 @@
+"""Fuzzes every registered tnet op in this process (run by
+tests/test_fuzz_ops.py, one process per batch, so a crash or hang is caught).
+
+    fuzz_ops.py --cases 500 --seed 3 --log cases.jsonl --summary out.json
+    fuzz_ops.py --replay '<one line of the log>'
+
+Each case is written to --log (flushed) before it runs. An op may succeed or
+reject its input; the accepted rejections are ALLOWED below. Anything else
+(another TF error class, a message that says nothing, wrong output shapes,
+a rejected op that changed its table) fails the run; a crash or hang kills
+it, and the log's last line reproduces it.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import pathlib
+import re
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from tensorflow.python.framework import op_def_registry  # noqa: E402
+
+import fuzz_cases as fc  # noqa: E402
+import tnet  # noqa: E402, F401
+from tnet import _ops  # noqa: E402
+
+# What a rejection may be. tnet's kernels reject bad input with
+# InvalidArgument and out-of-memory with ResourceExhausted; TF itself rejects
+# a wrong dtype with InvalidArgument (eager) or TypeError/ValueError while
+# converting arguments (Python side, before any kernel runs). Internal,
+# Unknown, Aborted... or a crash mean a bug.
+ALLOWED = {
+    tf.errors.InvalidArgumentError: "invalid_argument",
+    tf.errors.ResourceExhaustedError: "resource_exhausted",
+    TypeError: "python_rejected",
+    ValueError: "python_rejected",
+}
+MIN_MESSAGE = 20  # characters: enough to name the input and the problem
+
+
+class BadOutcome(AssertionError):
+    """An op did something the fuzzer does not accept."""
+
+
+def tnet_ops() -> list[str]:
+    """Every op the library registers (from its Python wrappers)."""
+    names = [n for n in dir(_ops.ops)
+             if n[:1].isupper() and hasattr(_ops.ops, snake(n) + "_eager_fallback")]
+    return sorted(n for n in names if op_def_registry.get(n) is not None)
+
+
+def snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class Pool:
+    """The handles cases refer to by name, and export cursors seen so far."""
+
+    def __init__(self):
+        self.handles, self.dims = {}, {}
+        for name, (dim, opt, stripes) in fc.POOL.items():
+            self.handles[name] = _ops.sparse_table_handle(
+                shared_name=f"fuzz_{name}", dim=dim, optimizer=opt,
+                num_stripes=stripes)
+            self.dims[name] = dim
+        dead = _ops.sparse_table_handle(shared_name="fuzz_dead", dim=4,
+                                        optimizer="sgd")
+        tf.raw_ops.DestroyResourceOp(resource=dead)
+        self.handles["destroyed"] = dead
+        self._var = tf.Variable(1.0)
+        self.handles["variable"] = self._var.handle
+        self._ht = tf.lookup.experimental.MutableHashTable(tf.int64, tf.float32,
+                                                           0.0)
+        self.handles["hashtable"] = self._ht.resource_handle
+        self.cursors = collections.defaultdict(int)
+
+    def size(self, name: str | None) -> int | None:
+        if name not in self.dims:
+            return None
+        return int(_ops.sparse_table_size(self.handles[name]))
+
+    def clear(self) -> None:
+        """Frees every pool row (bounds memory over a long run)."""
+        for name in self.dims:
+            _ops.sparse_table_evict(self.handles[name], 0.0, 1.0, 0, 0)
+
+
+def _tensor(spec: dict, case: dict, pool: Pool, arg: str) -> tf.Tensor:
+    if (case["op"] == "SparseTableExport" and arg == "cursor"
+            and spec["value"] == "last"):
+        spec = dict(spec, value=pool.cursors[case["handle"]])
+    value = fc.materialize(spec)
+    if spec["dtype"] == "string":
+        return tf.constant(value.tolist() if value.ndim else value.item(),
+                           tf.string, shape=value.shape)
+    return tf.constant(value)
+
+
+def run_case(case: dict, pool: Pool) -> str:
+    """Runs one case; returns its outcome or raises BadOutcome."""
+    op = case["op"]
+    fn = getattr(_ops.ops, snake(op))
+    h = case.get("handle")
+    before = pool.size(h)
+    try:
+        kwargs = {k: _tensor(v, case, pool, k) for k, v in case["args"].items()}
+        if h is not None:
+            kwargs["table"] = pool.handles[h]
+        attrs = case["attrs"]
+        if case.get("graph"):
+            names = list(kwargs)
+
+            @tf.function(autograph=False)
+            def graph_fn(*ts):
+                return fn(**dict(zip(names, ts)), **attrs)
+            out = graph_fn(*kwargs.values())
+        else:
+            out = fn(**kwargs, **attrs)
+    except tuple(ALLOWED) as e:
+        kind = ALLOWED[type(e)] if type(e) in ALLOWED else next(
+            v for k, v in ALLOWED.items() if isinstance(e, k))
+        msg = getattr(e, "message", None) or str(e)
+        if len(msg.strip()) < MIN_MESSAGE:
+            raise BadOutcome(f"{op}: {type(e).__name__} with a useless "
+                             f"message {msg!r}") from e
+        if kind == "resource_exhausted" and not re.search(
+                r"memory|OOM", msg, re.I):
+            raise BadOutcome(f"{op}: ResourceExhausted not about memory: "
+                             f"{msg}") from e
+        after = pool.size(h)
+        if kind == "invalid_argument" and before != after:
+            raise BadOutcome(f"{op} was rejected but changed the table's size "
+                             f"{before} -> {after}: {msg}") from e
+        return kind
+    except tf.errors.OpError as e:
+        raise BadOutcome(f"{op}: disallowed {type(e).__name__}: "
+                         f"{e.message}") from e
+    _check_success(case, out, pool)
+    return "ok"
+
+
+def _check_success(case: dict, out, pool: Pool) -> None:
+    """Outputs of a successful call have the shapes the op promises."""
+    op, h, args = case["op"], case.get("handle"), case["args"]
+    if op == "SparseTableHandle":
+        if case.get("then_pull") and case["attrs"]["dim"] <= 64:
+            rows = _ops.sparse_table_pull(out, tf.constant([1, -7, 2**62]),
+                                          True, dim=case["attrs"]["dim"])
+            if rows.shape != (3, case["attrs"]["dim"]):
+                raise BadOutcome(f"pull from a new table: shape {rows.shape}")
+        tf.raw_ops.DestroyResourceOp(resource=out, ignore_lookup_error=True)
+    elif op == "SparseTablePull":
+        n = int(np.prod(args["keys"]["shape"]))
+        if tuple(out.shape) != (n, pool.dims[h]):
+            raise BadOutcome(f"pull output {out.shape}, want {(n, pool.dims[h])}")
+    elif op == "SparseTableExport":
+        keys, w, s, meta, nxt = (x.numpy() for x in out)
+        n = len(keys)
+        if w.shape != (n, pool.dims[h]) or meta.shape != (n, 3) or len(s) != n:
+            raise BadOutcome(f"export shapes {w.shape} {s.shape} {meta.shape}")
+        if len(set(keys.tolist())) != n:
+            raise BadOutcome("export returned a key twice")
+        if not (nxt == -1 or nxt >= 0):
+            raise BadOutcome(f"export next_cursor {nxt}")
+        pool.cursors[h] = int(nxt)
+    elif op == "TnetSumRows" and not case.get("generic"):
+        v = fc.materialize(args["values"]).astype(np.float32)
+        idx = fc.materialize(args["indices"])
+        rows = int(fc.materialize(args["num_rows"]))
+        if tuple(out.shape) != (rows, v.shape[1]):
+            raise BadOutcome(f"sum_rows output {out.shape}, want "
+                             f"{(rows, v.shape[1])}")
+        if rows > 10**6:  # e.g. [2^62, 0]: the shape check only
+            return
+        want = np.zeros((rows, v.shape[1]), np.float32)
+        np.add.at(want, idx, v)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+    elif op in ("SparseTableSize", "SparseTableMemoryBytes"):
+        if int(out) < 0:
+            raise BadOutcome(f"{op} returned {int(out)}")
+
+
+def case_strategy(ops: list[str]) -> st.SearchStrategy:
+    """Targeted cases for the ops fuzz_cases knows, generic ones for all."""
+    choices = []
+    for name in ops:
+        if name in fc.TARGETED:
+            choices += [fc.TARGETED[name]] * 3
+        choices.append(fc.generic_case(op_registry_def(name)))
+    graph = st.sampled_from([False] * 9 + [True])
+    return st.tuples(st.one_of(choices), graph).map(
+        lambda cg: dict(cg[0], graph=cg[1]))
+
+
+def op_registry_def(name: str):
+    return op_def_registry.get(name)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--cases", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log", default=os.devnull)
+    p.add_argument("--summary")
+    p.add_argument("--replay", help="run one logged case and exit")
+    p.add_argument("--list-ops", action="store_true")
+    p.add_argument("--crash-at", type=int, default=-1,
+                   help="abort() at this case (tests the harness itself)")
+    a = p.parse_args()
+    ops = tnet_ops()
+    if a.list_ops:
+        print(json.dumps({"ops": ops, "targeted": sorted(fc.TARGETED)}))
+        return 0
+    pool = Pool()
+    if a.replay:
+        print(run_case(json.loads(a.replay), pool))
+        return 0
+    counts = collections.defaultdict(collections.Counter)
+    log = open(a.log, "w", buffering=1)
+
+    @seed(a.seed)
+    @settings(max_examples=a.cases, database=None, deadline=None,
+              derandomize=False, phases=[Phase.generate, Phase.shrink],
+              suppress_health_check=list(HealthCheck))
+    @given(case_strategy(ops))
+    def fuzz(case):
+        n = sum(sum(c.values()) for c in counts.values())
+        log.write(json.dumps(case) + "\n")
+        if n == a.crash_at:
+            os.abort()
+        if n and n % 250 == 0:
+            pool.clear()
+        counts[case["op"]][run_case(case, pool)] += 1
+
+    fuzz()
+    total = sum(sum(c.values()) for c in counts.values())
+    summary = {"cases": total, "seed": a.seed,
+               "by_op": {k: dict(v) for k, v in sorted(counts.items())}}
+    if a.summary:
+        pathlib.Path(a.summary).write_text(json.dumps(summary))
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Op fuzzing: every registered tnet op, random and hostile inputs, in
+subprocesses so that a crash (a signal) or a hang fails the test and names
+the case. The case generator and rules are tests/programs/fuzz_ops.py.
+
+Bounded by FUZZ_CASES (total over FUZZ_BATCHES processes); `make fuzz` runs
+a long one. FUZZ_SEED picks the cases (default 0: the same cases on every
+run); FUZZ_RESULTS=path writes the aggregated outcome counts as JSON.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PROGRAM = ROOT / "tests" / "programs" / "fuzz_ops.py"
+CASES = int(os.environ.get("FUZZ_CASES", "2000"))
+BATCHES = int(os.environ.get("FUZZ_BATCHES", "2"))
+SEED = int(os.environ.get("FUZZ_SEED", "0"))
+
+
+def run_batch(seed: int, cases: int, workdir: pathlib.Path,
+              extra: tuple[str, ...] = ()) -> dict:
+    """Runs one fuzz process; returns its summary or an `error` report that
+    names the signal or timeout, the case in flight and how to replay it."""
+    log = workdir / f"cases_{seed}.jsonl"
+    summary = workdir / f"summary_{seed}.json"
+    cmd = [sys.executable, str(PROGRAM), "--cases", str(cases), "--seed",
+           str(seed), "--log", str(log), "--summary", str(summary), *extra]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    timeout = 120 + 0.2 * cases  # ~40x the usual time: only a hang hits it
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                              timeout=timeout, cwd=ROOT)
+        rc, out = proc.returncode, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out = "timeout", (e.stdout or b"").decode() + (e.stderr or b"").decode()
+    seconds = time.monotonic() - start
+    if rc == 0:
+        return dict(json.loads(summary.read_text()), seconds=seconds)
+    lines = log.read_text().splitlines() if log.exists() else []
+    last = lines[-1] if lines else "(none logged)"
+    what = (f"hung (> {timeout:.0f} s)" if rc == "timeout" else
+            f"died of {signal.Signals(-rc).name}" if rc < 0 else
+            f"exited {rc}")
+    tail = "\n".join(l for l in out.splitlines()
+                     if not l.startswith(("I0000", "W0000", "WARNING:")))[-4000:]
+    return {"error": (
+        f"fuzz batch seed={seed} {what} after {len(lines)} cases.\n"
+        f"Case in flight:\n{last}\n"
+        f"Replay: PYTHONPATH={ROOT} {sys.executable} {PROGRAM} --replay "
+        f"'{last}'\nOutput tail:\n{tail}")}
+
+
+@pytest.fixture(scope="module")
+def fuzz_runs(tmp_path_factory) -> list[dict]:
+    workdir = tmp_path_factory.mktemp("fuzz")
+    per = max(1, CASES // BATCHES)
+    runs = [run_batch(SEED + i, per, workdir) for i in range(BATCHES)]
+    if os.environ.get("FUZZ_RESULTS"):
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        model = next((l.split(":", 1)[1].strip() for l in lscpu.splitlines()
+                      if l.startswith("Model name")), "?")
+        result = dict(aggregate(runs), date=time.strftime("%Y-%m-%d %H:%M UTC",
+                                                          time.gmtime()),
+                      machine=f"{model}, {os.cpu_count()} cpus",
+                      command=f"FUZZ_CASES={CASES} FUZZ_BATCHES={BATCHES} "
+                              f"FUZZ_SEED={SEED} pytest tests/test_fuzz_ops.py")
+        pathlib.Path(os.environ["FUZZ_RESULTS"]).write_text(
+            json.dumps(result, indent=1))
+    return runs
+
+
+def aggregate(runs: list[dict]) -> dict:
+    by_op: dict = collections.defaultdict(collections.Counter)
+    for r in runs:
+        for op, outcomes in r.get("by_op", {}).items():
+            by_op[op].update(outcomes)
+    return {"cases": sum(r.get("cases", 0) for r in runs),
+            "batches": len(runs), "seeds": [SEED, SEED + len(runs) - 1],
+            "failed_batches": [r["error"] for r in runs if "error" in r],
+            "seconds": round(sum(r.get("seconds", 0) for r in runs), 1),
+            "by_op": {k: dict(v) for k, v in sorted(by_op.items())}}
+
+
+def test_fuzzed_ops_never_crash_hang_or_fail_badly(fuzz_runs):
+    errors = [r["error"] for r in fuzz_runs if "error" in r]
+    assert not errors, "\n\n".join(errors)
+    assert sum(r["cases"] for r in fuzz_runs) >= CASES // BATCHES * BATCHES
+
+
+def test_every_registered_op_is_fuzzed_past_its_checks(fuzz_runs):
+    """Each op must both succeed and be rejected in some cases: an op that
+    only ever rejects was not fuzzed beyond its first check."""
+    listed = subprocess.run(
+        [sys.executable, str(PROGRAM), "--list-ops"], capture_output=True,
+        text=True, check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    ops = json.loads(listed.stdout.strip().splitlines()[-1])["ops"]
+    assert len(ops) >= 9, ops
+    by_op = aggregate(fuzz_runs)["by_op"]
+    for op in ops:
+        outcomes = by_op.get(op, {})
+        assert outcomes.get("ok", 0) > 0, (op, outcomes)
+        assert sum(outcomes.values()) > outcomes.get("ok", 0), (op, outcomes)
+
+
+def test_the_harness_reports_a_crash_with_its_case(tmp_path):
+    """A process that dies mid-batch is a failure naming the case it ran."""
+    report = run_batch(7, 20, tmp_path, ("--crash-at", "5"))
+    assert "died of SIGABRT after 6 cases" in report["error"]
+    log = (tmp_path / "cases_7.jsonl").read_text().splitlines()
+    assert log[5] in report["error"]
+    assert "--replay" in report["error"]
+
+
+# Cases the fuzzer found that aborted the process, replayed in a subprocess
+# (a regression would kill the test runner otherwise).
+REGRESSIONS = {
+    "export with a negative dim attr": {
+        "op": "SparseTableExport", "handle": "sgd4", "attrs": {"dim": -2**63},
+        "args": {k: {"dtype": "int64", "shape": [], "fill": "value",
+                     "value": 0, "seed": 0} for k in ("cursor", "max_rows")}},
+    "pull with dim -1": {
+        "op": "SparseTablePull", "handle": "ftrl8", "attrs": {"dim": -1},
+        "args": {"keys": {"dtype": "int64", "shape": [3], "fill": "range",
+                          "value": 0, "seed": 0},
+                 "training": {"dtype": "bool", "shape": [], "fill": "value",
+                              "value": 1, "seed": 0}}},
+    "sum_rows num_rows * d overflows": {
+        "op": "TnetSumRows", "handle": None, "attrs": {}, "args": {
+            "values": {"dtype": "float32", "shape": [1, 4], "fill": "range",
+                       "value": 0, "seed": 0},
+            "indices": {"dtype": "int32", "shape": [1], "fill": "value",
+                        "value": 0, "seed": 0},
+            "num_rows": {"dtype": "int64", "shape": [], "fill": "value",
+                         "value": 2**63 - 1, "seed": 0}}},
+}
+
+
+@pytest.mark.parametrize("name", sorted(REGRESSIONS))
+def test_cases_that_once_aborted_are_invalid_argument(name):
+    case = dict(REGRESSIONS[name], graph=False)
+    proc = subprocess.run(
+        [sys.executable, str(PROGRAM), "--replay", json.dumps(case)],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "invalid_argument"
