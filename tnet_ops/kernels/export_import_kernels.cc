@@ -107,10 +107,10 @@ class SparseTableImportOp : public tf::OpKernel {
                       "] for this table, got ", p.t.shape().DebugString()));
     }
     if (n == 0) return;
-    OP_REQUIRES_OK(ctx, CheckFinite(weights.flat<float>().data(), n * dim_,
-                                    "weights"));
-    OP_REQUIRES_OK(ctx, CheckFinite(slots.flat<float>().data(), n * s,
-                                    "slots"));
+    // Weights and slots are taken as they are, inf and NaN included: Import
+    // is the inverse of Export, and a finite push can overflow a weight (an
+    // lr of 3e38 does), so refusing them would make such a checkpoint
+    // unrestorable. Pushes still refuse non-finite gradients.
     const double* m = meta.flat<double>().data();
     std::vector<RowMeta> rows(n);
     for (int64_t i = 0; i < n; ++i) {
