@@ -336,3 +336,23 @@ def test_bad_arguments(exports, tmp_path):
         plain, tmp_path / "sig",
         input_signature={"u": tf.TensorSpec([None], tf.int64)})
     assert export_lib.tnet_ops_in(path) == {}
+
+
+def test_cli_export_of_a_string_id_model_is_checked_without_tnet(tmp_path):
+    # Avazu ids are strings: the CLI's export check must carry them to the
+    # fresh checker process (an .npz of object arrays needs pickle there).
+    from tests.conftest import ROOT, data_file  # noqa: PLC0415
+    data = data_file("avazu/avazu_train_oct21-22.csv")
+    model_dir = tmp_path / "run"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tnet.train",
+         "--flagfile=configs/wide_deep_avazu.cfg", f"--train_files={data}",
+         "--train_rows=600", "--epochs=1", f"--model_dir={model_dir}",
+         f"--export_dir={tmp_path / 'export'}"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "tnet imported: False" in proc.stdout
+    summary = json.loads((model_dir / "summary.json").read_text())
+    assert summary["export"]["checked_without_tnet"] is True

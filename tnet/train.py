@@ -407,7 +407,6 @@ def export_and_check(model, spec) -> dict:
     """Exports for serving, then reloads the SavedModel in a fresh Python
     process that never imports tnet and compares its predictions with this
     process's on a hold-out batch."""
-    import numpy as np  # noqa: PLC0415
     if isinstance(spec, MovielensSpec):
         return export_and_check_retrieval(model, spec)
     # A numbered version directory, as TF Serving expects (newest wins).
@@ -417,8 +416,7 @@ def export_and_check(model, spec) -> dict:
     features, _ = next(iter(spec.eval()))
     sample = {k: v.numpy()[:256] for k, v in features.items()}
     expected = model(features, training=False).numpy()[:256].reshape(-1)
-    sample_path = os.path.join(FLAGS.model_dir, "export_sample.npz")
-    np.savez(sample_path, __expected__=expected, **sample)
+    sample_path = _save_sample(__expected__=expected, **sample)
     tolerance = {None: 1e-5, "float16": 1e-3, "int8": 1e-2}[FLAGS.quantize]
     result = {"path": path, "quantize": FLAGS.quantize}
     result["checked_without_tnet"] = _run_checker(
@@ -430,7 +428,6 @@ def export_and_check_retrieval(model, spec) -> dict:
     """The two-tower export (query features -> top-K ids and scores),
     reloaded in a fresh process without tnet and compared with this
     process's BruteForce top-K on hold-out queries."""
-    import numpy as np  # noqa: PLC0415
     version = os.path.join(FLAGS.export_dir, str(int(time.time())))
     path = tn.saving.export_for_serving(model, version,
                                         quantize=FLAGS.quantize,
@@ -443,13 +440,25 @@ def export_and_check_retrieval(model, spec) -> dict:
     sample = {n: spec.data.test[n][:256] for n in model.query_feature_names()}
     scores, ids = model.candidate_index(spec.candidates)(
         model.query_embedding(sample), k=FLAGS.top_k)
-    sample_path = os.path.join(FLAGS.model_dir, "export_sample.npz")
-    np.savez(sample_path, __ids__=ids.numpy(), __scores__=scores.numpy(),
-             **{k: (v.astype("S") if v.dtype == object else v)
-                for k, v in sample.items()})
+    sample_path = _save_sample(__ids__=ids.numpy(), __scores__=scores.numpy(),
+                               **sample)
     result["checked_without_tnet"] = _run_checker(
         "check_retrieval_export.py", path, sample_path, 1e-4)
     return result
+
+
+def _save_sample(**arrays) -> str:
+    """Writes the export check's inputs and expected outputs to an .npz.
+
+    String features arrive as object arrays of bytes, which np.load refuses
+    without pickle (the checker loads with allow_pickle=False): they are
+    stored as fixed-width bytes, which tf.constant reads back as tf.string.
+    """
+    import numpy as np  # noqa: PLC0415
+    path = os.path.join(FLAGS.model_dir, "export_sample.npz")
+    np.savez(path, **{k: (v.astype("S") if v.dtype == object else v)
+                      for k, v in arrays.items()})
+    return path
 
 
 def _run_checker(script: str, path: str, sample_path: str,
