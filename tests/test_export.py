@@ -238,6 +238,22 @@ def test_scan_finds_tnet_ops(tmp_path):
     assert "SparseTablePull" in found
 
 
+def test_scan_finds_custom_ops_of_any_name(tmp_path):
+    """The check compares op types with what a process without tnet has
+    registered, so an op not named SparseTable* (TnetSumRows) is found."""
+    stock = export_lib.stock_op_types()
+    assert {"MatMul", "UnsortedSegmentSum", "MutableHashTableV2"} <= stock
+    assert not {"TnetSumRows", "SparseTablePull"} & stock
+    module = tf.Module()
+    module.sum = tf.function(
+        lambda v, i: lookup.sum_rows(v, i, 3),
+        input_signature=[tf.TensorSpec([None, 2], tf.float32),
+                         tf.TensorSpec([None], tf.int32)])
+    tf.saved_model.save(module, str(tmp_path / "raw"))
+    assert set(export_lib.tnet_ops_in(str(tmp_path / "raw"))) == {
+        "TnetSumRows"}
+
+
 def test_export_fails_loudly_if_a_table_op_remains(exports, tmp_path,
                                                    monkeypatch):
     """If the serving override were not honoured, nothing is exported."""
@@ -329,13 +345,26 @@ def test_bad_arguments(exports, tmp_path):
             return self.emb(features, training=training)
 
     plain = NoSignature()
-    plain({"u": tf.constant([1, 2], tf.int64)})
-    with pytest.raises(ValueError, match="input_signature"):
+    plain.emb.build(None)  # tables exist, but the model was never called
+    with pytest.raises(ValueError, match="not been called.*input_signature"):
         export_for_serving(plain, tmp_path / "nosig")
+    # A signature that lacks a feature the model reads: named in the error.
+    with pytest.raises(ValueError, match="'u'"):
+        export_for_serving(
+            plain, tmp_path / "lacks",
+            input_signature={"v": tf.TensorSpec([None], tf.int64)})
+    assert not (tmp_path / "lacks").exists()
     path = export_for_serving(
         plain, tmp_path / "sig",
         input_signature={"u": tf.TensorSpec([None], tf.int64)})
     assert export_lib.tnet_ops_in(path) == {}
+    # Once called, the signature is inferred as Keras' model.save does.
+    called = NoSignature()
+    called({"u": tf.constant([[1], [2]], tf.int64)})
+    path = export_for_serving(called, tmp_path / "inferred")
+    with open(os.path.join(path, export_lib.INFO_FILE)) as f:
+        assert json.load(f)["inputs"] == {
+            "u": {"dtype": "int64", "shape": [None, 1]}}
 
 
 def test_cli_export_of_a_string_id_model_is_checked_without_tnet(tmp_path):

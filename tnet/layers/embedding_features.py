@@ -154,11 +154,14 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
 def _embed(layer, features, training, sequence: bool):
     """Shared by EmbeddingFeatures and SequenceEmbeddingFeatures.
 
-    Per table, one fused lookup for all its columns. Columns that hold one
-    id per example as a dense [B] tensor (the common CTR case) are handled
-    as one [B, C] block: a handful of ops whatever C is, instead of a dozen
-    per column. Other columns (multi-valued, ragged, sparse, sequences) go
-    through the general path.
+    Per table, one fused lookup for all its columns. Every column whose ids
+    are a dense tensor (`[B]`, `[B, 1]` as from `Input(shape=(1,))`, or
+    `[B, L]` padded with -1 / "") joins one `[B, W]` block per id dtype, W
+    the sum of the columns' widths: keys, padding mask and gather are a
+    handful of ops for the whole block whatever the number of columns, and
+    the combiners reduce a `[B, L, dim]` slice with stock ops. Ragged and
+    sparse ids (and every sequence column) go through the general path,
+    which flattens them to (key, example) pairs.
     """
     if not isinstance(features, dict):
         raise TypeError(
@@ -171,52 +174,30 @@ def _embed(layer, features, training, sequence: bool):
         blocks: Dict[bool, list] = {}  # is_string -> [(index, col, ids)]
         general = []
         for index, col in cols:
-            cat = col.categorical_column
-            if cat.key not in features:
-                raise KeyError(
-                    f"layer {layer.name!r}: feature {cat.key!r} (column "
-                    f"{cat.name!r}) is missing from the input; got "
-                    f"{sorted(features)}")
-            ids = features[cat.key]
+            ids = _feature(layer, features, col)
             if not sequence and not isinstance(ids, (tf.SparseTensor,
                                                      tf.RaggedTensor)):
-                ids = tf.convert_to_tensor(ids)
-                if ids.shape.rank == 1:
-                    ids = fc._check_id_dtype(cat, ids)
-                    blocks.setdefault(ids.dtype == tf.string, []).append(
-                        (index, col, ids))
-                    continue
+                ids = _dense_ids(col.categorical_column, ids)
+                blocks.setdefault(ids.dtype == tf.string, []).append(
+                    (index, col, ids))
+                continue
             general.append((index, col, ids))
         keys, parts = [], []
         for block in blocks.values():
-            valid, mask, shape = _block_keys(block, salted)
+            valid, mask = _block_keys(block, salted)
             keys.append(valid)
-            parts.append(("block", block, mask, shape))
+            parts.append(("block", block, mask))
         for index, col, ids in general:
             k, r, b, p = fc.ids_to_keys(col.categorical_column, ids,
                                         salted=salted, sequence=sequence)
             keys.append(k)
-            parts.append(("general", (index, col), (r, b, p), None))
+            parts.append(("general", (index, col), (r, b, p)))
         table_rows, indices = lookup.fused_lookup(
             layer.tables[table_name], keys, training, lr_fn)
-        for idx, (kind, what, extra, shape) in zip(indices, parts):
+        for idx, (kind, what, extra) in zip(indices, parts):
             if kind == "block":
-                # Position p of the [B, C] block holds valid key number
-                # cumsum(mask)[p] - 1. Padded positions read an appended
-                # zero row (zeros, as an empty mean/sum gives; its gradient
-                # goes nowhere). The appended [0] keeps the index gather in
-                # range when a batch has no valid id at all.
-                mask = tf.reshape(extra, [-1])
-                pos = tf.maximum(tf.cumsum(tf.cast(mask, tf.int32)) - 1, 0)
-                zero_row = tf.shape(table_rows, out_type=tf.int32)[0]
-                full_idx = tf.where(
-                    mask, tf.gather(tf.concat([idx, [0]], 0), pos), zero_row)
-                padded_rows = tf.concat(
-                    [table_rows, tf.zeros([1, shape[-1]], table_rows.dtype)], 0)
-                emb = tf.gather(padded_rows, full_idx)
-                per_column = tf.unstack(tf.reshape(emb, shape), num=len(what),
-                                        axis=1)
-                for (index, _, _), value in zip(what, per_column):
+                for index, value in _block_outputs(table_rows, idx, what,
+                                                   extra):
                     outputs[index] = value
                 continue
             emb = tf.gather(table_rows, idx)
@@ -228,14 +209,38 @@ def _embed(layer, features, training, sequence: bool):
     return outputs
 
 
-def _block_keys(block, salted: bool):
-    """[B] id tensors of several columns -> (valid keys, mask [B, C], shape).
+def _feature(layer, features, col):
+    cat = col.categorical_column
+    if cat.key not in features:
+        raise KeyError(
+            f"layer {layer.name!r}: feature {cat.key!r} (column "
+            f"{cat.name!r}) is missing from the input; got "
+            f"{sorted(features)}")
+    return features[cat.key]
 
-    Keys are computed for the whole [B, C] block at once; padding (-1 / "")
-    is masked out so it is never pulled or inserted.
+
+def _dense_ids(cat: fc.CategoryColumn, ids) -> tf.Tensor:
+    """A dense id tensor as [B, width] (int64 or string)."""
+    ids = fc._check_id_dtype(cat, tf.convert_to_tensor(ids))
+    rank = ids.shape.rank
+    if rank == 1:
+        return ids[:, tf.newaxis]
+    if rank != 2:
+        raise ValueError(
+            f"feature {cat.name!r}: ids must be [batch], [batch, 1] or "
+            f"[batch, ids] padded with -1 / \"\" (or ragged / sparse), got "
+            f"shape {ids.shape}")
+    return ids
+
+
+def _block_keys(block, salted: bool):
+    """[B, width] id tensors of several columns -> (valid keys, mask [B, W]).
+
+    Keys are computed for the whole block at once; padding (-1 / "") is
+    masked out so it is never pulled or inserted.
     """
-    cols = [col.categorical_column for _, col, _ in block]
-    ids = tf.stack([t for _, _, t in block], axis=1)
+    tensors = [t for _, _, t in block]
+    ids = tensors[0] if len(tensors) == 1 else tf.concat(tensors, axis=1)
     if ids.dtype == tf.string:
         mask = tf.not_equal(ids, fc.PADDING_STRING)
         keys = tf.strings.to_hash_bucket_fast(ids, fc._STRING_KEY_BUCKETS)
@@ -243,11 +248,70 @@ def _block_keys(block, salted: bool):
         mask = tf.not_equal(ids, fc.PADDING_INT)
         keys = ids
     if salted:
-        salts = tf.constant([fc.column_salt(c.name) for c in cols], tf.int64)
+        salts = tf.constant([fc.column_salt(c.categorical_column.name)
+                             for _, c, _ in block], tf.int64)
+        widths = [t.shape[1] for t in tensors]
+        if any(w != 1 for w in widths):
+            salts = tf.repeat(salts, _widths(tensors))
         keys = tf.bitwise.bitwise_xor(keys, salts[tf.newaxis, :])
+    return tf.boolean_mask(keys, mask), mask
+
+
+def _widths(tensors):
+    return tf.stack([tf.shape(t, out_type=tf.int32)[1] for t in tensors])
+
+
+def _block_outputs(table_rows, idx, block, mask):
+    """Gathers a block's rows back into [B, W, dim] and combines per column.
+
+    Position p of the block holds valid key number cumsum(mask)[p] - 1.
+    Padded positions read an appended zero row (zeros, as an empty mean or
+    sum gives; its gradient goes nowhere). The appended [0] keeps the index
+    gather in range when a batch has no valid id at all.
+    """
     dim = block[0][1].dimension
-    shape = tf.concat([tf.shape(keys, out_type=tf.int64), [dim]], 0)
-    return tf.boolean_mask(keys, mask), mask, shape
+    flat_mask = tf.reshape(mask, [-1])
+    pos = tf.maximum(tf.cumsum(tf.cast(flat_mask, tf.int32)) - 1, 0)
+    zero_row = tf.shape(table_rows, out_type=tf.int32)[0]
+    full_idx = tf.where(flat_mask, tf.gather(tf.concat([idx, [0]], 0), pos),
+                        zero_row)
+    padded_rows = tf.concat(
+        [table_rows, tf.zeros([1, dim], table_rows.dtype)], 0)
+    shape = tf.shape(mask)
+    emb = tf.reshape(tf.gather(padded_rows, full_idx),
+                     tf.stack([shape[0], shape[1], dim]))
+    tensors = [t for _, _, t in block]
+    if all(t.shape[1] == 1 for t in tensors):
+        # One id per example: every combiner returns the row itself (or
+        # zeros for padding).
+        per_column = tf.unstack(emb, num=len(block), axis=1)
+        return [(index, value) for (index, _, _), value in zip(block,
+                                                              per_column)]
+    if len(block) == 1:
+        pieces, masks = [emb], [mask]
+    else:
+        widths = _widths(tensors)
+        pieces = tf.split(emb, widths, axis=1, num=len(block))
+        masks = tf.split(mask, widths, axis=1, num=len(block))
+    out = []
+    for (index, col, t), piece, piece_mask in zip(block, pieces, masks):
+        if t.shape[1] == 1:
+            value = tf.reshape(piece, [-1, dim])
+        else:
+            value = _combine_padded(piece, piece_mask, col.combiner)
+        out.append((index, value))
+    return out
+
+
+def _combine_padded(rows, mask, combiner: str):
+    """[B, L, dim] rows (zeros at padding) and mask [B, L] -> [B, dim]."""
+    total = tf.reduce_sum(rows, axis=1)
+    if combiner == "sum":
+        return total
+    counts = tf.reduce_sum(tf.cast(mask, rows.dtype), axis=1, keepdims=True)
+    if combiner == "mean":
+        return tf.math.divide_no_nan(total, counts)
+    return tf.math.divide_no_nan(total, tf.sqrt(counts))
 
 
 def _check_columns(columns, layer_type: str) -> List[fc.EmbeddingColumn]:

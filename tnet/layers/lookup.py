@@ -78,6 +78,12 @@ def serving_lookups(overrides: dict) -> Iterator[None]:
         _STATE.serving = previous
 
 
+def serving_active() -> bool:
+    """True while export_for_serving traces the model: layers then build
+    the serving graph from stock ops only."""
+    return bool(getattr(_STATE, "serving", None))
+
+
 def serving_override(table: SparseTable):
     overrides = getattr(_STATE, "serving", None)
     return overrides.get(id(table)) if overrides else None
@@ -138,7 +144,11 @@ def fused_lookup(table: SparseTable, keys_per_column: List[tf.Tensor],
 def combine(rows: tf.Tensor, example: tf.Tensor, batch_size, combiner: str):
     """Reduces per-id rows [K, dim] to per-example vectors [B, dim]."""
     batch_size = tf.cast(batch_size, tf.int64)
-    total = sum_rows(rows, example, batch_size)
+    if serving_active():
+        # A serving graph holds stock ops only (tnet's kernel is not there).
+        total = tf.math.unsorted_segment_sum(rows, example, batch_size)
+    else:
+        total = sum_rows(rows, example, batch_size)
     if combiner == "sum":
         return total
     counts = tf.math.bincount(tf.cast(example, tf.int32),

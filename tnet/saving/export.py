@@ -32,9 +32,19 @@ What is saved is a bare `tf.Module`, not the Keras model: the Keras model
 tracks its `SparseTable` resources (whose saving needs tnet's ops) and its
 optimizer and metrics, none of which serving needs. The module tracks the
 stock lookups and the dense variables the traced function reads, and
-nothing else. After saving, every op in `saved_model.pb` is checked: an op
-whose type starts with "SparseTable" fails the export (and nothing is left
-at `export_dir`).
+nothing else. Before and after saving, every op type in the graph and in
+every function body is checked against the ops a Python process that
+never imports tnet has registered (`stock_op_types`): anything else fails
+the export, and nothing is left at `export_dir`. Multi-valued combiners
+trace to stock ops while the serving override is active
+(`lookup.serving_active`).
+
+Serving inputs: by default what Keras' `model.save` would infer, the
+inputs of the model's first call or fit (`_get_save_spec`). Features the
+model read as `tf.SparseTensor` / `tf.RaggedTensor` are served as dense
+`[None, None]` tensors padded with -1 (or "") and turned back into the
+sparse / ragged form inside the graph, because a signature input that TF
+Serving can feed is a plain tensor.
 
 Retrieval models: `export_for_serving(two_tower, dir, candidates=..., k=...)`
 embeds the whole candidate corpus at export time and writes a top-K
@@ -57,6 +67,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from typing import Any, Dict, Mapping, Optional
 
@@ -66,13 +78,12 @@ import tensorflow as tf
 from tnet.layers import lookup
 from tnet.table import SparseTable
 
-__all__ = ["export_for_serving", "tnet_ops_in"]
+__all__ = ["export_for_serving", "tnet_ops_in", "stock_op_types"]
 
 QUANTIZE_MODES = (None, "float16", "int8")
 SIGNATURE_KEY = "serving_default"
 OUTPUT_KEY = "prediction"
 INFO_FILE = "export_info.json"
-_TNET_OP_PREFIX = "SparseTable"
 _INT8_MAX = 127.0
 
 
@@ -177,9 +188,11 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
       quantize: None (float32 embeddings), "float16", or "int8" (per-row
         scale; tables narrower than 5 use float16, see `int8_pays`). Only
         embeddings are quantized; dense variables stay float32.
-      input_signature: {feature name: tf.TensorSpec}. Defaults, for a
-        `tn.models.CTRModel`, to one `[None]` tensor per feature (ids int64
-        or string as the columns declare, dense features float32).
+      input_signature: {feature name: tf.TensorSpec}, to override the
+        inferred one. Default: the inputs the model was first called or fit
+        with (as Keras' `model.save` infers them), sparse / ragged id
+        features as `[None, None]` tensors padded with -1 / ""; for a
+        `tn.models.CTRModel` never called, one `[None]` tensor per feature.
 
       candidates: for a retrieval model (`tn.models.TwoTower`): the
         candidate features of the whole corpus ({name: array [N, ...]}, ids
@@ -232,7 +245,7 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
 
 
 def _write(model, path: str, quantize: Optional[str],
-           signature: Dict[str, tf.TensorSpec], retrieval=None
+           signature: "Signature", retrieval=None
            ) -> Dict[str, Any]:
     tables = _model_tables(model)
     if retrieval is not None:
@@ -255,7 +268,8 @@ def _write(model, path: str, quantize: Optional[str],
         overrides = {tables[n]: serving[n].lookup for n in serving}
 
         def serve(features):
-            prediction = model(features, training=False)
+            prediction = model(signature.model_inputs(features),
+                               training=False)
             return {OUTPUT_KEY: tf.identity(prediction, name=OUTPUT_KEY)}
 
         if retrieval is not None:
@@ -263,8 +277,17 @@ def _write(model, path: str, quantize: Optional[str],
             serve = retrieval.serve_fn(module.retrieval)
 
         with lookup.serving_lookups(overrides):
-            concrete = tf.function(serve, input_signature=[signature],
-                                   autograph=False).get_concrete_function()
+            try:
+                concrete = tf.function(
+                    serve, input_signature=[signature.specs],
+                    autograph=False).get_concrete_function()
+            except KeyError as e:
+                raise ValueError(
+                    f"export_for_serving: the serving inputs "
+                    f"{sorted(signature.specs)} lack a feature the model "
+                    f"reads: {e.args[0] if e.args else e}. Add it to "
+                    "input_signature (or omit input_signature after fitting "
+                    "or calling the model once, to infer it)") from e
     # Checked before saving too: the saver would otherwise fail first, with
     # an obscure "untracked resource" error about the table's handle.
     _raise_if_tnet_ops(_ops_of(concrete.graph.as_graph_def()), "traced")
@@ -287,7 +310,9 @@ def _write(model, path: str, quantize: Optional[str],
         "format": 1,
         "quantize": quantize,
         "signature": SIGNATURE_KEY,
-        "inputs": {n: s.dtype.name for n, s in sorted(signature.items())},
+        "inputs": {n: {"dtype": s.dtype.name, "shape": s.shape.as_list()}
+                   for n, s in sorted(signature.specs.items())},
+        "padded_inputs": sorted(signature.converters),
         "outputs": ([OUTPUT_KEY] if retrieval is None
                     else list(retrieval.OUTPUT_KEYS)),
         **({} if retrieval is None else {"retrieval": retrieval.info()}),
@@ -350,31 +375,124 @@ def _unique_keys(name: str, keys: np.ndarray) -> np.ndarray:
     return keys
 
 
-def _input_signature(model, signature) -> Dict[str, tf.TensorSpec]:
-    """The caller's signature, or a CTRModel's feature names and dtypes."""
+def _input_signature(model, signature) -> "Signature":
+    """The serving inputs: the caller's, else what Keras' `model.save` would
+    infer (the inputs of the model's first call or fit), else, for a
+    `tn.models.CTRModel`, one `[None]` tensor per feature it names."""
     if signature is None:
-        categorical = getattr(model, "categorical", None)
-        columns = getattr(model, "category_columns", None)
-        dense = getattr(model, "dense_names", None)
-        if categorical is None or columns is None or dense is None:
-            raise ValueError(
-                f"export_for_serving cannot infer the input features of "
-                f"{type(model).__name__}; pass input_signature={{name: "
-                "tf.TensorSpec([None], dtype), ...}} with one entry per "
-                "feature the model reads")
-        signature = {c.key: tf.TensorSpec([None], c.dtype) for c in columns}
-        signature.update({n: tf.TensorSpec([None], tf.float32) for n in dense})
+        return _inferred_signature(model)
     if not isinstance(signature, Mapping) or not signature:
         raise TypeError("input_signature must be a non-empty dict of feature "
                         f"name -> tf.TensorSpec, got {signature!r}")
-    out = {}
+    specs = {}
     for name, spec in signature.items():
         if not isinstance(spec, tf.TensorSpec):
-            raise TypeError(f"input_signature[{name!r}] must be a "
-                            f"tf.TensorSpec, got {spec!r}")
+            raise TypeError(
+                f"input_signature[{name!r}] must be a tf.TensorSpec, got "
+                f"{spec!r}; sparse and ragged ids are served as a dense "
+                f"[None, None] tensor padded with -1 (or \"\" for strings)")
+        specs[name] = spec
+    return Signature(specs, {}, None)
+
+
+class Signature:
+    """What serving_default takes and how it becomes the model's input.
+
+    specs: {name: TensorSpec} of the signature. A feature the model read
+    as a `tf.SparseTensor` or `tf.RaggedTensor` is served as a dense
+    `[None, None]` tensor padded with -1 / "" (what a TF Serving client can
+    send: a signature input is a plain tensor) and rebuilt in the graph
+    with stock ops (`converters`). structure: None (the model takes the
+    dict) or the list of names a functional model takes positionally.
+    """
+
+    def __init__(self, specs, converters, structure):
         # The spec's name becomes the signature's input name.
-        out[name] = tf.TensorSpec(spec.shape, spec.dtype, name=name)
-    return out
+        self.specs = {n: tf.TensorSpec(s.shape, s.dtype, name=n)
+                      for n, s in specs.items()}
+        self.converters = converters
+        self.structure = structure
+
+    def model_inputs(self, features):
+        features = {n: self.converters.get(n, _identity)(t)
+                    for n, t in features.items()}
+        if self.structure is None:
+            return features
+        inputs = [features[n] for n in self.structure]
+        return inputs[0] if len(inputs) == 1 else inputs
+
+
+def _identity(t):
+    return t
+
+
+def _inferred_signature(model) -> Signature:
+    spec = None
+    get_spec = getattr(model, "_get_save_spec", None)
+    if get_spec is not None:
+        spec = get_spec(dynamic_batch=True, inputs_only=True)
+    if spec is None:
+        return _ctr_model_signature(model)
+    structure = None
+    if not isinstance(spec, Mapping):
+        names = list(getattr(model, "input_names", None) or [])
+        flat = tf.nest.flatten(spec, expand_composites=False)
+        if len(names) != len(flat):
+            raise ValueError(
+                f"export_for_serving cannot name the inputs of "
+                f"{type(model).__name__} (it takes {len(flat)} unnamed "
+                "tensors); pass input_signature={name: tf.TensorSpec(...)} "
+                "or give the model a dict of named inputs")
+        structure, spec = names, dict(zip(names, flat))
+    specs, converters = {}, {}
+    for name, s in spec.items():
+        if isinstance(s, (tf.SparseTensorSpec, tf.RaggedTensorSpec)):
+            if s.shape.rank != 2:
+                raise ValueError(
+                    f"export_for_serving: feature {name!r} is a {s}; only "
+                    "[batch, ids] sparse / ragged features can be served. "
+                    "Pass input_signature to choose the serving input.")
+            specs[name] = tf.TensorSpec([None, None], s.dtype)
+            converters[name] = _PaddedTo(
+                "sparse" if isinstance(s, tf.SparseTensorSpec) else "ragged")
+        elif isinstance(s, tf.TensorSpec):
+            specs[name] = s
+        else:
+            raise ValueError(
+                f"export_for_serving: cannot serve feature {name!r} of type "
+                f"{type(s).__name__}; pass input_signature")
+    return Signature(specs, converters, structure)
+
+
+class _PaddedTo:
+    """Padded dense ids [B, L] (-1 / "") -> the SparseTensor or
+    RaggedTensor the model was trained on, with stock ops only."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def __call__(self, ids):
+        pad = "" if ids.dtype == tf.string else tf.constant(-1, ids.dtype)
+        ragged = tf.ragged.boolean_mask(ids, tf.not_equal(ids, pad))
+        # Sparse: values left-aligned per row, as tf.Example VarLen parsing
+        # gives them.
+        return ragged if self.kind == "ragged" else ragged.to_sparse()
+
+
+def _ctr_model_signature(model) -> Signature:
+    categorical = getattr(model, "categorical", None)
+    columns = getattr(model, "category_columns", None)
+    dense = getattr(model, "dense_names", None)
+    if categorical is None or columns is None or dense is None:
+        raise ValueError(
+            f"export_for_serving cannot infer the input features of "
+            f"{type(model).__name__}: it has not been called or fit yet. Fit "
+            "or call it once on a batch (as Keras' model.save needs), or "
+            "pass input_signature={name: tf.TensorSpec([None], dtype), ...} "
+            "with one entry per feature the model reads")
+    specs = {c.key: tf.TensorSpec([None], c.dtype) for c in columns}
+    specs.update({n: tf.TensorSpec([None], tf.float32) for n in dense})
+    return Signature(specs, {}, None)
 
 
 def _nodes_of(graph_def):
@@ -398,31 +516,76 @@ def _saved_graph_nodes(path: str):
 
 
 def _ops_of(graph_def) -> Dict[str, list]:
-    return _tnet_ops(_nodes_of(graph_def))
+    functions = {f.signature.name for f in graph_def.library.function}
+    return _foreign_ops(_nodes_of(graph_def), functions)
 
 
-def _tnet_ops(nodes) -> Dict[str, list]:
+_STOCK_OPS_SCRIPT = r"""
+import json
+from tensorflow.core.framework import op_def_pb2
+from tensorflow.python.client import pywrap_tf_session as c_api
+ops = op_def_pb2.OpList()
+ops.ParseFromString(c_api.TF_GetBuffer(c_api.TF_GetAllOpList()))
+print(json.dumps(sorted(o.name for o in ops.op)))
+"""
+_STOCK_OPS: Optional[frozenset] = None
+
+
+def stock_op_types() -> frozenset:
+    """Op types registered in a Python process that imports TensorFlow and
+    never imports tnet (computed once per process, in a subprocess).
+
+    This, not a name pattern, decides what a serving graph may hold: a
+    SavedModel op outside this set would not load in TF Serving or in a
+    plain `tf.saved_model.load` (a name-prefix check once let `TnetSumRows`
+    through).
+    """
+    global _STOCK_OPS
+    if _STOCK_OPS is None:
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+        done = subprocess.run([sys.executable, "-c", _STOCK_OPS_SCRIPT],
+                              capture_output=True, text=True, env=env,
+                              cwd=tempfile.gettempdir(), timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(
+                "export_for_serving: could not list TensorFlow's stock ops "
+                f"in a fresh process (exit {done.returncode}): "
+                f"{done.stderr[-2000:]}")
+        _STOCK_OPS = frozenset(json.loads(done.stdout.strip().splitlines()[-1]))
+    return _STOCK_OPS
+
+
+def _foreign_ops(nodes, functions) -> Dict[str, list]:
+    """{op type: [where]} of ops that are neither stock nor functions."""
+    stock = stock_op_types()
     found: Dict[str, list] = {}
     for where, node in nodes:
-        if node.op.startswith(_TNET_OP_PREFIX):
+        if node.op not in stock and node.op not in functions:
             found.setdefault(node.op, []).append(where)
     return found
 
 
 def tnet_ops_in(path: str) -> Dict[str, list]:
-    """{op type: [graph or function names]} of tnet ops in a SavedModel
-    (every function body of saved_model.pb is scanned)."""
-    return _tnet_ops(_saved_graph_nodes(path)[1])
+    """{op type: [graph or function names]} of the ops in a SavedModel that
+    a process without tnet has not registered (tnet's custom ops or any
+    other); every function body of saved_model.pb is scanned."""
+    proto, nodes = _saved_graph_nodes(path)
+    functions = {f.signature.name for m in proto.meta_graphs
+                 for f in m.graph_def.library.function}
+    return _foreign_ops(nodes, functions)
 
 
 def _raise_if_tnet_ops(found: Dict[str, list], what: str) -> None:
     if found:
         raise RuntimeError(
-            f"export_for_serving: the {what} serving graph contains tnet ops "
-            f"{sorted(found)}, so it could not load without tnet. A lookup "
+            f"export_for_serving: the {what} serving graph contains ops "
+            f"{sorted(found)} that stock TensorFlow (a process without tnet) "
+            "does not register, so it could not load in TF Serving. A lookup "
             "bypassed tnet.layers.lookup.fused_lookup (which honours the "
-            "serving override), or one of its tables is not in "
-            "model.tables(). Nothing was written to the export directory.")
+            "serving override), one of its tables is not in model.tables(), "
+            "or the model calls a custom op of its own. Nothing was written "
+            "to the export directory.")
 
 
 def _strip_cluster_devices(path: str) -> None:
