@@ -11,9 +11,15 @@ dim 1, DNN 400-400-400, batch 4096.
 Compared in the same run, alternating A, B, C, ...:
 - tnet: tn.models.WideDeep, tn.optimizer.Adagrad (dense and in-table; the
   wide part uses its default in-table FTRL);
-- stock: tf_keras Wide&Deep with 2**20 hash bins per column and per table
-  (Hashing + Embedding), tf_keras Adagrad (sparse row updates: stock's
-  best), the baseline of BENCHMARK_PROTOCOL.md;
+- stock: tf_keras Wide&Deep with 2**20 rows per column and per table, int64
+  ids reduced with `tf.math.floormod` (the strongest stock baseline a
+  competent user writes for int ids) + Embedding, tf_keras Adagrad (sparse
+  row updates: stock's best);
+- stock hashed: the same with `Hashing` (int -> string -> hash every step),
+  the weaker baseline earlier runs compared against;
+- tnet input forms: the same tnet model fed the same ids as `[B, 1]`,
+  `[B, 2]` padded with -1, `tf.RaggedTensor` and `tf.SparseTensor`, each
+  compared with `[B]` (every form takes the fused path);
 - DNN-only: the same DNN fed a constant input of the same width (the
   physical limit of this dense-bound configuration).
 Throughput: examples/s of the Keras train function over --steps steps
@@ -58,6 +64,8 @@ def parse_args():
     p.add_argument("--holdout_examples", type=int, default=2**17)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--no_forms", action="store_true",
+                   help="skip the tnet input-form rows")
     p.add_argument("--out", default=None)
     args = p.parse_args()
     if args.quick:
@@ -66,7 +74,32 @@ def parse_args():
     return args
 
 
-def tf_dataset(features, labels, batch, repeat):
+FORMS = ("B1", "padded", "ragged", "sparse")
+FORM_NAMES = {"B1": "[B, 1]", "padded": "[B, 2] padded with -1",
+              "ragged": "RaggedTensor", "sparse": "SparseTensor"}
+
+
+def _as_form(form):
+    """Batch map: every [B] id column of a batch -> the given form."""
+    def convert(features, labels):
+        out = dict(features)
+        for name in CRITEO_CAT_COLUMNS:
+            ids = features[name]
+            if form == "B1":
+                ids = ids[:, tf.newaxis]
+            elif form == "padded":
+                ids = tf.stack([ids, tf.fill(tf.shape(ids), tf.constant(
+                    -1, ids.dtype))], axis=1)
+            else:
+                ids = tf.RaggedTensor.from_tensor(ids[:, tf.newaxis])
+                if form == "sparse":
+                    ids = ids.to_sparse()
+            out[name] = ids
+        return out, labels
+    return convert
+
+
+def tf_dataset(features, labels, batch, repeat, form=None):
     """In-memory batches, sliced whole: per-example tf.data work (slicing
     1M rows one by one, then batching 40 columns) would cost more than a
     training step and hide both models behind the input pipeline. Real
@@ -75,6 +108,8 @@ def tf_dataset(features, labels, batch, repeat):
     ds = tf.data.Dataset.from_tensor_slices(
         ({k: v[:n].reshape(-1, batch) for k, v in features.items()},
          labels[:n].reshape(-1, batch)))
+    if form is not None:  # converted once, then served from memory
+        ds = ds.map(_as_form(form)).cache()
     if repeat:
         ds = ds.repeat()
     return ds.prefetch(4)
@@ -87,9 +122,10 @@ def build_tnet(lr):
     return model
 
 
-def build_stock(lr, bins):
+def build_stock(lr, bins, reduce="floormod"):
     model = stock_wide_deep(CRITEO_CAT_COLUMNS, CRITEO_INT_COLUMNS,
-                            embedding_dim=8, num_bins=bins, hidden_units=HIDDEN)
+                            embedding_dim=8, num_bins=bins, hidden_units=HIDDEN,
+                            reduce=reduce)
     model.compile(tf_keras.optimizers.Adagrad(lr),
                   tf_keras.losses.BinaryCrossentropy(from_logits=True))
     return model
@@ -131,10 +167,17 @@ def main() -> int:
 
     models = {"tnet": build_tnet(args.lr),
               "stock": build_stock(args.lr, args.bins),
+              "stock_hashing": build_stock(args.lr, args.bins, "hashing"),
               "dnn_only": build_dnn_only(args.lr, width)}
     data = {"tnet": tf_dataset(train_f, train_y, args.batch, True),
             "stock": tf_dataset(train_f, train_y, args.batch, True),
+            "stock_hashing": tf_dataset(train_f, train_y, args.batch, True),
             "dnn_only": dnn_ds}
+    forms = () if args.no_forms else FORMS
+    for form in forms:
+        models[f"tnet_{form}"] = build_tnet(args.lr)
+        data[f"tnet_{form}"] = tf_dataset(train_f, train_y, args.batch, True,
+                                          form)
     iters = {k: iter(v) for k, v in data.items()}
 
     def fit_steps(name, steps):
@@ -155,19 +198,34 @@ def main() -> int:
     measurements = [
         bc.Measurement("WD-400 one process", "DNN-only (constant input)",
                        "examples/s", values["dnn_only"]),
-        bc.Measurement("WD-400 one process", "stock hashed WD, Adagrad",
+        bc.Measurement("WD-400 one process", "stock floormod WD, Adagrad",
                        "examples/s", values["stock"], "DNN-only",
                        bc.paired_ratios(values["stock"], values["dnn_only"])),
+        bc.Measurement("WD-400 one process", "stock hashed WD, Adagrad",
+                       "examples/s", values["stock_hashing"], "DNN-only",
+                       bc.paired_ratios(values["stock_hashing"],
+                                        values["dnn_only"])),
         bc.Measurement("WD-400 one process", "tnet WD, Adagrad", "examples/s",
                        values["tnet"], "DNN-only",
                        bc.paired_ratios(values["tnet"], values["dnn_only"]),
                        target=0.9),
         bc.Measurement("WD-400 one process", "tnet WD, Adagrad", "examples/s",
-                       values["tnet"], "stock Adagrad",
+                       values["tnet"], "stock floormod Adagrad",
                        bc.paired_ratios(values["tnet"], values["stock"]),
-                       target=2.0, note="issue 3 target (protocol: >= 1.0x)"),
+                       target=1.5, note="strongest stock baseline"),
+        bc.Measurement("WD-400 one process", "tnet WD, Adagrad", "examples/s",
+                       values["tnet"], "stock hashed Adagrad",
+                       bc.paired_ratios(values["tnet"],
+                                        values["stock_hashing"])),
     ]
-    del models["dnn_only"]
+    for form in forms:
+        measurements.append(bc.Measurement(
+            "WD-400 input forms", f"tnet WD, ids as {FORM_NAMES[form]}",
+            "examples/s", values[f"tnet_{form}"], "tnet, ids as [B]",
+            bc.paired_ratios(values[f"tnet_{form}"], values["tnet"]),
+            target=1.0, note="same fused path as [B]"))
+    for name in [n for n in models if n != "tnet" and n != "stock"]:
+        del models[name]
 
     # Quality: fresh models, the same examples, in the same order.
     quality = {}
