@@ -242,3 +242,88 @@ def test_worker_killed_mid_epoch_step_may_run_twice(tmp_path):
     step = saved[-1]
     fresh_dump = np.load(tmp_path / "dump" / f"saved-{step}.npz")
     assert int(fresh_dump["iterations"]) == step
+
+
+# ------------------------------------------------------ faults in an export
+def _serves_without_tnet(export_dir, sample):
+    """Loads export_dir in a process that never imports tnet and compares
+    its predictions with the sample's."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_USE_LEGACY_KERAS", "LD_PRELOAD")}
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "check_export.py"),
+         "--export_dir", str(export_dir), "--sample", str(sample)],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "tnet imported: False" in run.stdout
+
+
+def test_export_killed_mid_write_leaves_previous_version_servable(tmp_path):
+    base = tmp_path / "model"
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "programs" / "export_kill.py"),
+         str(base)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("EXPORT_WRITING"):
+                proc.send_signal(signal.SIGKILL)
+                break
+    finally:
+        proc.kill()
+        proc.wait(60)
+    assert any(line.startswith("EXPORT_WRITING") for line in lines), \
+        "".join(lines)[-3000:]
+    # Version 2 was never published: only a hidden temp dir holds its files
+    # (TF Serving loads numeric version directories only).
+    names = sorted(os.listdir(base))
+    assert "2" not in names and "1" in names, names
+    temps = [n for n in names if n.startswith(".2.tmp-")]
+    assert len(temps) == 1 and os.path.exists(
+        base / temps[0] / "saved_model.pb"), names
+    _serves_without_tnet(base / "1", base / "sample.npz")
+    # The next export of version 2 clears the killed one's leftovers.
+    model = tiny(2)
+    fit(model)
+    tn.saving.export_for_serving(model, base / "2")
+    assert sorted(os.listdir(base)) == ["1", "2", "sample.npz"]
+
+
+def test_disk_full_during_export(small_fs, monkeypatch):
+    from tnet.saving import export as export_lib  # noqa: PLC0415
+    directory, how = small_fs
+    base = directory / "model"
+    model = tiny(2)
+    fit(model)
+    first = tn.saving.export_for_serving(model, base / "1")
+    feats, _ = next(iter(dataset(64, seed=5)))
+    np.savez(directory.parent / "sample.npz",
+             __expected__=model.predict(feats, verbose=0),
+             **{k: v.numpy() for k, v in feats.items()})
+    # ~120k rows x 2 tables: several MB, more than the 4 MiB file system.
+    _grow(model, 120_000)
+    # Refused before writing: the estimate does not fit.
+    with pytest.raises(tn.saving.ExportWriteError) as err:
+        tn.saving.export_for_serving(model, base / "2")
+    message = str(err.value)
+    assert str(base / "2") in message and str(base) in message
+    assert "free space or export to another directory" in message
+    assert err.value.errno == errno.ENOSPC and isinstance(err.value, OSError)
+    assert sorted(os.listdir(base)) == ["1"]
+    # The disk fills during the write (the estimate is bypassed).
+    monkeypatch.setattr(export_lib, "_check_free_space", lambda *a: None)
+    if how != "tmpfs":
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(base))
+        monkeypatch.setattr(export_lib.tf.saved_model, "save", full)
+    with pytest.raises(tn.saving.ExportWriteError) as err:
+        tn.saving.export_for_serving(model, base / "2")
+    message = str(err.value)
+    assert str(base / "2") in message and "is full" in message, message
+    assert "Nothing was left at the export directory" in message
+    assert sorted(os.listdir(base)) == ["1"]  # no partial version, no temp
+    if how == "tmpfs":
+        assert shutil.disk_usage(directory).used < 2 << 20
+    _serves_without_tnet(first, directory.parent / "sample.npz")

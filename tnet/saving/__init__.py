@@ -11,7 +11,8 @@
 from tnet.saving.checkpoint import (CheckpointError, latest_checkpoint,
                                     list_checkpoints, read_manifest, restore,
                                     save)
-from tnet.saving.export import export_for_serving
+from tnet.saving.export import ExportWriteError, export_for_serving
 
 __all__ = ["save", "restore", "latest_checkpoint", "list_checkpoints",
-           "read_manifest", "CheckpointError", "export_for_serving"]
+           "read_manifest", "CheckpointError", "export_for_serving",
+           "ExportWriteError"]

@@ -64,6 +64,7 @@ ps tasks.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -78,7 +79,8 @@ import tensorflow as tf
 from tnet.layers import lookup
 from tnet.table import SparseTable
 
-__all__ = ["export_for_serving", "tnet_ops_in", "stock_op_types"]
+__all__ = ["export_for_serving", "ExportWriteError", "tnet_ops_in",
+           "stock_op_types"]
 
 QUANTIZE_MODES = (None, "float16", "int8")
 SIGNATURE_KEY = "serving_default"
@@ -229,19 +231,134 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
             "directories: write the next version number)")
     parent = os.path.dirname(export_dir)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(export_dir)}.tmp-",
-                           dir=parent)
+    prefix = f".{os.path.basename(export_dir)}.tmp-"
+    _remove_stale_temps(parent, prefix)
+    _check_free_space(model, parent, export_dir, quantize)
+    tmp = tempfile.mkdtemp(prefix=prefix, dir=parent)
     try:
         info = _write(model, tmp, quantize, signature, retrieval)
         with open(os.path.join(tmp, INFO_FILE), "w") as f:
             json.dump(info, f, indent=2, sort_keys=True)
+        _fsync_tree(tmp)
         if os.path.isdir(export_dir):
             os.rmdir(export_dir)  # empty, checked above
         os.rename(tmp, export_dir)
-    except BaseException:
+        _fsync_dir(parent)
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if _is_write_failure(e):
+            raise ExportWriteError(export_dir, e) from e
         raise
     return export_dir
+
+
+class ExportWriteError(OSError):
+    """The file system refused the export (full disk, permissions, I/O).
+
+    Nothing was left at `export_dir` and no other version in its parent
+    directory was touched, so a server keeps serving the previous one.
+    """
+
+    def __init__(self, export_dir: str, error: BaseException,
+                 message: Optional[str] = None):
+        full = _is_disk_full(error) if error is not None else True
+        if message is None:
+            text = (str(error).strip().splitlines() or [repr(error)])[0][:500]
+            free = _free_bytes(os.path.dirname(export_dir))
+            message = (
+                f"could not write the export {export_dir}: "
+                f"{type(error).__name__}: {text}."
+                + (f" The file system of {os.path.dirname(export_dir)} is "
+                   f"full ({free:,} bytes free): free space or export to "
+                   "another directory." if full and free is not None else "")
+                + " Nothing was left at the export directory; other "
+                "versions beside it are untouched.")
+        super().__init__(errno.ENOSPC if full else getattr(error, "errno",
+                                                           None), message)
+        self.export_dir = export_dir
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _is_write_failure(error: BaseException) -> bool:
+    if isinstance(error, OSError) and not isinstance(error,
+                                                     FileExistsError):
+        return True
+    text = str(error).lower()
+    return _is_disk_full(error) or "read-only file system" in text or (
+        "permission denied" in text)
+
+
+def _is_disk_full(error: BaseException) -> bool:
+    text = str(error).lower()
+    return (getattr(error, "errno", None) == errno.ENOSPC
+            or "no space left" in text or "errno = 28" in text
+            or "resource exhausted" in text and "space" in text)
+
+
+def _free_bytes(path: str) -> Optional[int]:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def _check_free_space(model, parent: str, export_dir: str,
+                      quantize: Optional[str]) -> None:
+    """Refuses an export that cannot fit, before writing anything.
+
+    The estimate is what the SavedModel's variables hold: per row the key
+    and row number of the hash table (12 bytes) and the weights in the
+    export's dtype, plus the dense variables; the graph is small. A disk
+    that fills during the write still ends in ExportWriteError.
+    """
+    width = {None: 4, "float16": 2, "int8": 1}[quantize]
+    need = 1 << 20
+    for table in getattr(model, "tables", dict)().values():
+        extra = 4 if quantize == "int8" else 0
+        need += int(table.size()) * (12 + table.dim * width + extra)
+    for v in getattr(model, "variables", []):
+        need += int(np.prod(v.shape)) * v.dtype.size
+    free = _free_bytes(parent)
+    if free is not None and free < need:
+        raise ExportWriteError(export_dir, None, (
+            f"could not write the export {export_dir}: it needs about "
+            f"{need:,} bytes and the file system of {parent} has {free:,} "
+            "bytes free: free space or export to another directory. Nothing "
+            "was written."))
+
+
+def _remove_stale_temps(parent: str, prefix: str) -> None:
+    """Temp dirs of this same export left by a killed process.
+
+    (They never look like a version to TF Serving, which only loads
+    numeric directory names, but they hold space.)
+    """
+    for name in os.listdir(parent):
+        if name.startswith(prefix):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+def _fsync_tree(path: str) -> None:
+    """Flushes every file of the export before the rename publishes it,
+    so a power loss cannot leave a visible version with missing bytes."""
+    for root, _, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(root)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write(model, path: str, quantize: Optional[str],
