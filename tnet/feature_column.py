@@ -210,19 +210,19 @@ def _flatten_ids(column: CategoryColumn, ids: Any, ordered: bool = False):
         if ids.shape.rank is not None and ids.shape.rank != 2:
             raise ValueError(f"feature {name!r}: a SparseTensor of ids must "
                              f"have rank 2 [batch, ids], got rank {ids.shape.rank}")
-        values = _check_id_dtype(column, ids.values)
+        values = check_id_dtype(column, ids.values)
         rows = ids.indices[:, 0]
         batch = ids.dense_shape[0]
     elif isinstance(ids, tf.RaggedTensor):
         if ids.ragged_rank != 1 or (ids.shape.rank is not None and ids.shape.rank != 2):
             raise ValueError(f"feature {name!r}: a RaggedTensor of ids must be "
                              f"[batch, (ids)], got shape {ids.shape}")
-        values = _check_id_dtype(column, ids.flat_values)
+        values = check_id_dtype(column, ids.flat_values)
         rows = ids.value_rowids()
         batch = ids.nrows()
     else:
         ids = tf.convert_to_tensor(ids)
-        _check_id_dtype(column, ids)
+        check_id_dtype(column, ids)
         rank = ids.shape.rank
         if rank == 1:
             ids = ids[:, tf.newaxis]
@@ -234,13 +234,12 @@ def _flatten_ids(column: CategoryColumn, ids: Any, ordered: bool = False):
         width = tf.shape(ids, out_type=tf.int64)[1]
         rows = tf.reshape(tf.tile(tf.range(batch)[:, tf.newaxis], [1, width]), [-1])
         values = tf.reshape(ids, [-1])
-    values = _check_id_dtype(column, values)
-    pad = PADDING_STRING if values.dtype == tf.string else tf.cast(PADDING_INT, values.dtype)
-    keep = tf.not_equal(values, pad)
+    values = check_id_dtype(column, values)
+    keep = not_padding(values)
     return tf.boolean_mask(values, keep), tf.boolean_mask(tf.cast(rows, tf.int64), keep), batch
 
 
-def _check_id_dtype(column: CategoryColumn, values):
+def check_id_dtype(column: CategoryColumn, values):
     if values.dtype.is_floating or values.dtype == tf.bool:
         raise TypeError(
             f"feature {column.name!r}: ids must be integers or strings, got "
@@ -263,10 +262,26 @@ def _check_id_dtype(column: CategoryColumn, values):
 
 
 def _to_keys(column: CategoryColumn, values, salted: bool):
-    if values.dtype == tf.string:
-        keys = tf.strings.to_hash_bucket_fast(values, _STRING_KEY_BUCKETS)
+    salt = column_salt(column.name) if salted else None
+    return keys_of(values, salt)
+
+
+def keys_of(ids, salt=None):
+    """Table keys of validated ids (int64 or string, any shape): int ids
+    are their own key, strings are fingerprinted; `salt` (an int64 or a
+    tensor broadcasting against `ids`, e.g. one salt per column of a
+    [B, C] block) is XOR-ed in when columns share a table. The one place
+    keys are derived, for training and serving alike."""
+    if ids.dtype == tf.string:
+        keys = tf.strings.to_hash_bucket_fast(ids, _STRING_KEY_BUCKETS)
     else:
-        keys = values
-    if salted:
-        keys = tf.bitwise.bitwise_xor(keys, tf.constant(column_salt(column.name), tf.int64))
+        keys = ids
+    if salt is not None:
+        keys = tf.bitwise.bitwise_xor(keys, tf.cast(salt, tf.int64))
     return keys
+
+
+def not_padding(ids):
+    """True where ids (int or string, any shape) are not padding."""
+    pad = PADDING_STRING if ids.dtype == tf.string else tf.cast(PADDING_INT, ids.dtype)
+    return tf.not_equal(ids, pad)

@@ -221,7 +221,7 @@ def _feature(layer, features, col):
 
 def _dense_ids(cat: fc.CategoryColumn, ids) -> tf.Tensor:
     """A dense id tensor as [B, width] (int64 or string)."""
-    ids = fc._check_id_dtype(cat, tf.convert_to_tensor(ids))
+    ids = fc.check_id_dtype(cat, tf.convert_to_tensor(ids))
     rank = ids.shape.rank
     if rank == 1:
         return ids[:, tf.newaxis]
@@ -241,20 +241,15 @@ def _block_keys(block, salted: bool):
     """
     tensors = [t for _, _, t in block]
     ids = tensors[0] if len(tensors) == 1 else tf.concat(tensors, axis=1)
-    if ids.dtype == tf.string:
-        mask = tf.not_equal(ids, fc.PADDING_STRING)
-        keys = tf.strings.to_hash_bucket_fast(ids, fc._STRING_KEY_BUCKETS)
-    else:
-        mask = tf.not_equal(ids, fc.PADDING_INT)
-        keys = ids
-    if salted:
+    mask = fc.not_padding(ids)
+    salts = None
+    if salted:  # one salt per column, repeated over its width
         salts = tf.constant([fc.column_salt(c.categorical_column.name)
                              for _, c, _ in block], tf.int64)
-        widths = [t.shape[1] for t in tensors]
-        if any(w != 1 for w in widths):
+        if any(t.shape[1] != 1 for t in tensors):
             salts = tf.repeat(salts, _widths(tensors))
-        keys = tf.bitwise.bitwise_xor(keys, salts[tf.newaxis, :])
-    return tf.boolean_mask(keys, mask), mask
+        salts = salts[tf.newaxis, :]
+    return tf.boolean_mask(fc.keys_of(ids, salts), mask), mask
 
 
 def _widths(tensors):
