@@ -71,7 +71,7 @@ clean:
 #   (tools/sanitizers/sanitize.sh; builds into build/sanitize/, leaves
 #   tnet/_lib alone).
 .PHONY: fuzz stress sanitize sanitize-asan sanitize-tsan
-FUZZ_CASES ?= 40000
+FUZZ_CASES ?= 100000
 STRESS_SECONDS ?= 300
 
 fuzz: build

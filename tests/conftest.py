@@ -27,3 +27,16 @@ def data_file(relative: str) -> pathlib.Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+def fuzz_seed() -> int:
+    """The op fuzzer's seed for this run: FUZZ_SEED, else a new one drawn
+    once per pytest process (so every run fuzzes new cases)."""
+    if not os.environ.get("FUZZ_SEED"):
+        os.environ["FUZZ_SEED"] = str(int.from_bytes(os.urandom(3), "little"))
+    return int(os.environ["FUZZ_SEED"])
+
+
+def pytest_report_header(config):
+    return (f"op fuzzer seed: FUZZ_SEED={fuzz_seed()} (set it to replay this "
+            "run's cases)")

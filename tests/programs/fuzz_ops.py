@@ -117,12 +117,7 @@ def run_case(case: dict, pool: Pool) -> str:
             kwargs["table"] = pool.handles[h]
         attrs = case["attrs"]
         if case.get("graph"):
-            names = list(kwargs)
-
-            @tf.function(autograph=False)
-            def graph_fn(*ts):
-                return fn(**dict(zip(names, ts)), **attrs)
-            out = graph_fn(*kwargs.values())
+            out = _run_in_graph(fn, kwargs, attrs, case["graph"])
         else:
             out = fn(**kwargs, **attrs)
     except tuple(ALLOWED) as e:
@@ -146,6 +141,36 @@ def run_case(case: dict, pool: Pool) -> str:
                          f"{e.message}") from e
     _check_success(case, out, pool)
     return "ok"
+
+
+GRAPH_MODES = (True, "unknown_dims", "unknown_rank")
+
+
+def _run_in_graph(fn, kwargs: dict, attrs: dict, mode):
+    """Runs the op inside a tf.function, so its shape function runs first.
+
+    mode True traces with the arguments' own shapes; "unknown_dims" with
+    every dimension unknown (rank kept) and "unknown_rank" with no shape at
+    all, so the shape function sees what a graph built from placeholders or
+    a Keras symbolic input gives it. The table handle is captured.
+    """
+    table = kwargs.pop("table", None)
+    extra = {} if table is None else {"table": table}
+    names = list(kwargs)
+    if mode is True:
+        signature = None
+    elif mode == "unknown_dims":
+        signature = [tf.TensorSpec([None] * t.shape.rank, t.dtype)
+                     for t in kwargs.values()]
+    elif mode == "unknown_rank":
+        signature = [tf.TensorSpec(None, t.dtype) for t in kwargs.values()]
+    else:
+        raise ValueError(f"unknown graph mode {mode!r}")
+
+    @tf.function(autograph=False, input_signature=signature)
+    def graph_fn(*ts):
+        return fn(**dict(zip(names, ts)), **extra, **attrs)
+    return graph_fn(*kwargs.values())
 
 
 def _check_success(case: dict, out, pool: Pool) -> None:
@@ -196,9 +221,50 @@ def case_strategy(ops: list[str]) -> st.SearchStrategy:
         if name in fc.TARGETED:
             choices += [fc.TARGETED[name]] * 3
         choices.append(fc.generic_case(op_registry_def(name)))
-    graph = st.sampled_from([False] * 9 + [True])
+    # One case in four builds a graph (shape inference runs), half of those
+    # with unknown dimensions or an unknown rank.
+    graph = st.sampled_from([False] * 6 + [True, True, "unknown_dims",
+                                            "unknown_rank"])
     return st.tuples(st.one_of(choices), graph).map(
         lambda cg: dict(cg[0], graph=cg[1]))
+
+
+def _spec(dtype: str, shape: list, fill: str = "range", value=0) -> dict:
+    return {"dtype": dtype, "shape": shape, "fill": fill, "value": value,
+            "seed": 0}
+
+
+def shape_sweep_cases() -> list[dict]:
+    """Every op with a `dim` attr, every extreme `dim`, in every graph mode:
+    each must be rejected (a Python error from shape inference or an
+    InvalidArgument), never abort. Valid arguments, so the attr is what is
+    wrong."""
+    h, d = "sgd4", 4
+    ops = {
+        "SparseTableHandle": (None, {}, {"optimizer": "sgd"}),
+        "SparseTablePull": (h, {"keys": _spec("int64", [3]),
+                                "training": _spec("bool", [], "value", 1)}, {}),
+        "SparseTablePush": (h, {
+            "keys": _spec("int64", [2]), "grads": _spec("float32", [2, d]),
+            "learning_rate": _spec("float32", [], "value", 0.1),
+            "step": _spec("int64", [], "value", 1),
+            "shows": _spec("float32", [0]), "clicks": _spec("float32", [0])},
+            {}),
+        "SparseTableExport": (h, {"cursor": _spec("int64", [], "value", 0),
+                                  "max_rows": _spec("int64", [], "value", 8)},
+                              {}),
+        "SparseTableImport": (h, {
+            "keys": _spec("int64", [2]), "weights": _spec("float32", [2, d]),
+            "slots": _spec("float32", [2, 0]), "meta": _spec("float64", [2, 3])},
+            {}),
+    }
+    cases = []
+    for op, (handle, args, attrs) in ops.items():
+        for dim in (0, -1, -4, 65537, fc.I32_MAX, fc.I64_MAX, fc.I64_MIN):
+            for mode in GRAPH_MODES:
+                cases.append({"op": op, "handle": handle, "args": args,
+                              "attrs": dict(attrs, dim=dim), "graph": mode})
+    return cases
 
 
 def op_registry_def(name: str):
@@ -212,6 +278,8 @@ def main() -> int:
     p.add_argument("--log", default=os.devnull)
     p.add_argument("--summary")
     p.add_argument("--replay", help="run one logged case and exit")
+    p.add_argument("--shape-sweep", action="store_true",
+                   help="run shape_sweep_cases(); print their outcomes")
     p.add_argument("--list-ops", action="store_true")
     p.add_argument("--crash-at", type=int, default=-1,
                    help="abort() at this case (tests the harness itself)")
@@ -223,6 +291,15 @@ def main() -> int:
     pool = Pool()
     if a.replay:
         print(run_case(json.loads(a.replay), pool))
+        return 0
+    if a.shape_sweep:
+        log = open(a.log, "w", buffering=1)
+        outcomes = []
+        for case in shape_sweep_cases():
+            log.write(json.dumps(case) + "\n")
+            outcomes.append([case["op"], case["attrs"]["dim"], case["graph"],
+                             run_case(case, pool)])
+        print(json.dumps({"outcomes": outcomes}))
         return 0
     counts = collections.defaultdict(collections.Counter)
     log = open(a.log, "w", buffering=1)

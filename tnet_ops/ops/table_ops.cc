@@ -18,6 +18,27 @@ Status ScalarInput(InferenceContext* c, int i) {
   return c->WithRank(c->input(i), 0, &unused);
 }
 
+// The `dim` attr, validated as the table kernel does. A shape function must
+// return an error, never build a shape from a negative value: InferenceContext
+// CHECK-fails (aborting the process) on negative dimensions.
+constexpr int64_t kMaxDim = 65536;
+
+Status DimAttr(InferenceContext* c, int64_t* dim) {
+  TF_RETURN_IF_ERROR(c->GetAttr("dim", dim));
+  if (*dim < 1 || *dim > kMaxDim) {
+    return ::tensorflow::errors::InvalidArgument(
+        "dim must be in [1, ", kMaxDim, "], got ", *dim);
+  }
+  return ::tensorflow::OkStatus();
+}
+
+// A [N, dim] input: rank 2, and its second dimension `dim` when known.
+Status RowsInput(InferenceContext* c, int i, int64_t dim, ShapeHandle* out) {
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 2, out));
+  DimensionHandle unused;
+  return c->WithValue(c->Dim(*out, 1), dim, &unused);
+}
+
 }  // namespace
 
 REGISTER_OP("SparseTableHandle")
@@ -43,7 +64,12 @@ REGISTER_OP("SparseTableHandle")
     .Attr("admission_capacity: int = 1048576")
     .Attr("max_rows: int = 0")
     .SetIsStateful()
-    .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      int64_t dim;
+      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
+      c->set_output(0, c->Scalar());
+      return ::tensorflow::OkStatus();
+    })
     .Doc(R"doc(
 Creates (or finds, by container/shared_name) one shard of a sparse embedding
 table and returns its handle. The optimizer and its hyperparameters (Keras
@@ -72,7 +98,7 @@ REGISTER_OP("SparseTablePull")
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
       TF_RETURN_IF_ERROR(ScalarInput(c, 2));
       int64_t dim;
-      TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
       c->set_output(0, c->Matrix(c->Dim(keys, 0), dim));
       return ::tensorflow::OkStatus();
     })
@@ -93,9 +119,11 @@ REGISTER_OP("SparseTablePush")
     .Attr("dim: int")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) -> Status {
+      int64_t dim;
+      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
       ShapeHandle keys, grads;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &grads));
+      TF_RETURN_IF_ERROR(RowsInput(c, 2, dim, &grads));
       DimensionHandle unused;
       TF_RETURN_IF_ERROR(c->Merge(c->Dim(keys, 0), c->Dim(grads, 0), &unused));
       TF_RETURN_IF_ERROR(ScalarInput(c, 3));
@@ -152,7 +180,7 @@ REGISTER_OP("SparseTableExport")
       TF_RETURN_IF_ERROR(ScalarInput(c, 1));
       TF_RETURN_IF_ERROR(ScalarInput(c, 2));
       int64_t dim;
-      TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
       DimensionHandle n = c->UnknownDim();
       c->set_output(0, c->Vector(n));
       c->set_output(1, c->Matrix(n, dim));
@@ -177,11 +205,17 @@ REGISTER_OP("SparseTableImport")
     .Attr("dim: int")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) -> Status {
+      int64_t dim;
+      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
       ShapeHandle keys, m;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 2, &m));
+      DimensionHandle n = c->Dim(keys, 0);
+      TF_RETURN_IF_ERROR(RowsInput(c, 2, dim, &m));
+      TF_RETURN_IF_ERROR(c->Merge(n, c->Dim(m, 0), &n));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 2, &m));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 2, &m));
+      TF_RETURN_IF_ERROR(c->Merge(n, c->Dim(m, 0), &n));
+      TF_RETURN_IF_ERROR(RowsInput(c, 4, 3, &m));
+      TF_RETURN_IF_ERROR(c->Merge(n, c->Dim(m, 0), &n));
       return ::tensorflow::OkStatus();
     })
     .Doc("Inserts or overwrites rows exactly as given (weights, slots, meta).");
@@ -220,6 +254,9 @@ REGISTER_OP("TnetSumRows")
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &values));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &indices));
       TF_RETURN_IF_ERROR(ScalarInput(c, 2));
+      DimensionHandle unused;
+      TF_RETURN_IF_ERROR(c->Merge(c->Dim(values, 0), c->Dim(indices, 0),
+                                  &unused));
       c->set_output(0, c->Matrix(c->UnknownDim(), c->Dim(values, 1)));
       return ::tensorflow::OkStatus();
     })
