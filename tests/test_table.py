@@ -54,6 +54,26 @@ def test_initializer_kinds(init, check):
     assert check(w), (w.min(), w.max(), w.mean(), w.std())
 
 
+def test_default_initializer_zeros_for_dim_1_small_normal_otherwise():
+    """The measured default (BENCHMARKS.md "Defaults"): a dim-1 row is a
+    linear weight and starts at 0; wider rows start normal, stddev 0.01."""
+    keys = np.arange(20_000)
+    w1 = tn.SparseTable("d1", 1).pull(keys, training=True).numpy()
+    assert np.all(w1 == 0)
+    w8 = tn.SparseTable("d8", 8).pull(keys, training=True).numpy()
+    assert abs(w8.mean()) < 0.0005 and abs(w8.std() - 0.01) < 0.0005
+    assert not np.any(w8 == 0)
+
+
+def test_a_columns_own_initializer_is_kept():
+    col = tn.feature_column.embedding_column(
+        tn.feature_column.category_column("c"), 1,
+        initializer={"name": "constant", "value": 0.5})
+    layer = tn.layers.EmbeddingFeatures([col])
+    out = layer({"c": tf.constant([3, 4], tf.int64)}, training=True).numpy()
+    np.testing.assert_array_equal(out, [[0.5], [0.5]])
+
+
 def test_bad_initializer_is_a_clear_error():
     with pytest.raises(ValueError, match="unsupported initializer"):
         tn.SparseTable("x", 4, initializer="glorot_uniform")

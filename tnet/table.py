@@ -52,16 +52,32 @@ _INIT_ALIASES = {
 }
 
 
+# The default initializer's stddev for columns wider than 1 (see below).
+DEFAULT_STDDEV = 0.01
+
+
 def _initializer_attrs(initializer: Any, dim: int, seed: int) -> dict:
     """Maps an initializer (None, name, dict or Keras initializer) to attrs.
 
     The table draws initial values from a generator seeded by each key, so a
     Keras initializer is translated by kind and parameters (mean, stddev,
     minval, maxval, value, seed); its own random state is not used.
+
+    The default (None) was chosen by measurement (tools/measure_defaults.py,
+    BENCHMARKS.md "Defaults"): a dim-1 column is a linear weight and starts
+    at zero, as in a linear model; wider columns start normal with stddev
+    0.01 (not zero: a dot product of two zero embeddings never gets a
+    gradient; smaller than Keras' uniform +-0.05, which lost 0.004-0.008 AUC
+    to stock with rows updated only when seen). The former default,
+    truncated normal with stddev 1/sqrt(dim), put logit noise of std ~5
+    into a wide part of 26 dim-1 columns and lost 0.02-0.08 AUC to stock.
     """
-    default_std = 1.0 / math.sqrt(dim)  # as tf.feature_column.embedding_column
+    # The names "normal" / "truncated_normal" without a stddev keep
+    # tf.feature_column.embedding_column's 1/sqrt(dim).
+    default_std = 1.0 / math.sqrt(dim)
     if initializer is None:
-        name, cfg = "truncated_normal", {}
+        name, cfg = (("zeros", {}) if dim == 1
+                     else ("normal", {"stddev": DEFAULT_STDDEV}))
     elif isinstance(initializer, str):
         name, cfg = initializer, {}
     elif isinstance(initializer, dict):
@@ -142,7 +158,8 @@ class SparseTable(tf.Module):
       dim: row width.
       optimizer: the sparse rule (`tn.optimizer.Adagrad(...)`, a name such
         as "adagrad", or None for SGD). Fixed at creation: slots live in rows.
-      initializer: None (truncated normal, stddev 1/sqrt(dim)), a name, a
+      initializer: None (zeros for dim 1, else normal with stddev 0.01;
+        chosen by measurement, see BENCHMARKS.md "Defaults"), a name, a
         dict, or a Keras initializer. Values are seeded by key, so a key
         starts the same whatever order or shard it arrives in.
       num_shards: number of shards (one per parameter server task).

@@ -374,7 +374,7 @@ def bench_insert(args, dim: int = 16) -> list[bc.Measurement]:
                 sec, name, "rows/s", vals[name], baseline=base,
                 ratios=bc.paired_ratios(vals[name], vals[base]),
                 note="hash tables insert precomputed values; tnet "
-                     "initializes each row (truncated normal seeded by key, "
+                     "initializes each row (its default initializer, seeded by key, "
                      "or zeros) and its slots"))
     return out
 

@@ -1,0 +1,255 @@
+"""Models written the way users write them, for the quality comparisons.
+
+`tests/test_quality_vs_stock.py` and `tools/measure_defaults.py` train
+these against the stock `tf_keras` models a competent user writes instead
+(int ids reduced with `floormod`, Keras defaults everywhere), on the same
+data, with the same optimizer:
+
+- Criteo: a Wide&Deep written from the README (functional `tn.Model`,
+  `embedding_column` of dim 1 for the wide part and dim 8 for the deep
+  part, every other setting at its default) on the real Criteo rows in
+  ../shared/data: train on `train_extra_nonhead.tsv` + the first 8,000
+  rows of `dev_head10k.tsv`, score the last 1,999.
+- Multi-valued: a TensorNet-style model (`Input(sparse=True)` VarLen id
+  features, a dim-1 wide and a dim-8 deep `embedding_column` per feature)
+  on generated data whose label follows a known logistic model of the ids.
+
+`initializer` is only for measuring candidate defaults; None leaves the
+library default, which is what the test checks.
+"""
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Sequence
+
+import numpy as np
+
+import tnet as tn
+import tensorflow as tf
+import tf_keras
+
+from tnet import data as tn_data
+from tnet import feature_column as fc
+from tnet.models.stock import stock_wide_deep
+
+CRITEO_TRAIN_DEV_ROWS = 8000
+CRITEO_BATCH = 256
+HIDDEN = (256, 128)
+NUM_BINS = 2**16          # stock rows per column: few collisions at this size
+
+
+def optimizer(kind: str, stock: bool, lr: float | None = None):
+    """The same optimizer on both sides: tnet's (dense + in-table rule) or
+    the stock tf_keras one, Keras' default hyperparameters."""
+    lr = lr if lr is not None else {"adam": 1e-3, "adagrad": 0.05}[kind]
+    if stock:
+        return {"adam": tf_keras.optimizers.Adam,
+                "adagrad": tf_keras.optimizers.Adagrad}[kind](lr)
+    return {"adam": tn.optimizer.Adam, "adagrad": tn.optimizer.Adagrad}[kind](lr)
+
+
+# ------------------------------------------------------------------ Criteo
+def criteo_data(data_dir: pathlib.Path, seed: int):
+    """(train, eval) datasets of real Criteo rows."""
+    crit = pathlib.Path(data_dir) / "criteo"
+    extra, dev = crit / "train_extra_nonhead.tsv", crit / "dev_head10k.tsv"
+    with open(extra, "rb") as f:
+        extra_rows = sum(1 for _ in f)
+    train = tn_data.criteo_dataset(
+        [extra, dev], CRITEO_BATCH, take=extra_rows + CRITEO_TRAIN_DEV_ROWS,
+        shuffle_buffer=16_384, seed=seed)
+    evals = tn_data.criteo_dataset(dev, 1024, skip=CRITEO_TRAIN_DEV_ROWS)
+    return train, evals
+
+
+def criteo_user_wide_deep(initializer: Any = None,
+                          hidden: Sequence[int] = HIDDEN) -> tn.Model:
+    """Wide&Deep as a user writes it from the README."""
+    cats, dense = tn_data.CRITEO_CAT_COLUMNS, tn_data.CRITEO_INT_COLUMNS
+    inputs = {c: tf_keras.Input((), dtype=tf.int64, name=c) for c in cats}
+    inputs.update({d: tf_keras.Input((), dtype=tf.float32, name=d)
+                   for d in dense})
+    ids = {c: fc.category_column(c) for c in cats}
+    kw = {} if initializer is None else {"initializer": initializer}
+    wide = tn.layers.EmbeddingFeatures(
+        [fc.embedding_column(ids[c], 1, table="wide", **kw) for c in cats],
+        name="wide")
+    deep = tn.layers.EmbeddingFeatures(
+        [fc.embedding_column(ids[c], 8, table="deep", **kw) for c in cats],
+        name="deep")
+    x = tf_keras.layers.Concatenate()(
+        [deep({c: inputs[c] for c in cats}),
+         tf.stack([inputs[d] for d in dense], axis=1)])
+    for units in hidden:
+        x = tf_keras.layers.Dense(units, activation="relu")(x)
+    wide_logit = tf.reduce_sum(wide({c: inputs[c] for c in cats}), axis=1,
+                               keepdims=True)
+    logits = tf_keras.layers.Dense(1)(x) + wide_logit
+    return tn.Model(inputs, logits)
+
+
+def criteo_stock_wide_deep(hidden: Sequence[int] = HIDDEN) -> tf_keras.Model:
+    return stock_wide_deep(tn_data.CRITEO_CAT_COLUMNS,
+                           tn_data.CRITEO_INT_COLUMNS, num_bins=NUM_BINS,
+                           hidden_units=hidden, reduce="floormod")
+
+
+# ------------------------------------------------------------ multi-valued
+MV_FEATURES = ("tags", "history", "query_terms", "slot_ids")
+MV_SINGLE = ("user", "ad")
+MV_VOCAB = 5000
+MV_BINS = 2**14          # stock rows per feature: every id its own row
+
+
+def multi_valued_data(seed: int, train_rows: int = 24_000,
+                      eval_rows: int = 8_000, batch: int = 256):
+    """Generated VarLen ids with a known label model.
+
+    Each example has one id for each MV_SINGLE feature and 1..12 ids for
+    each MV_FEATURES feature, drawn from a power law over MV_VOCAB ids.
+    Every id has a true weight; the label is Bernoulli(sigmoid(sum of the
+    single ids' weights + the mean weight of each multi-valued feature)).
+    The data are fixed (seed 1234); `seed` only orders the training rows.
+    """
+    rng = np.random.default_rng(1234)
+    rows = train_rows + eval_rows
+    weights = {n: rng.normal(0.0, 0.8, MV_VOCAB)
+               for n in MV_FEATURES + MV_SINGLE}
+    zipf = 1.0 / np.arange(1, MV_VOCAB + 1) ** 1.1
+    zipf /= zipf.sum()
+    features, logit = {}, np.full(rows, -0.5)
+    for n in MV_SINGLE:
+        ids = rng.choice(MV_VOCAB, rows, p=zipf)
+        features[n] = ids.astype(np.int64)
+        logit += weights[n][ids]
+    for n in MV_FEATURES:
+        lengths = rng.integers(1, 13, rows)
+        flat = rng.choice(MV_VOCAB, lengths.sum(), p=zipf)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        logit += np.add.reduceat(weights[n][flat], starts) / lengths
+        features[n] = (flat.astype(np.int64), lengths)
+    label = (rng.random(rows) < 1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
+
+    def dataset(lo, hi, shuffle):
+        def gen():
+            order = np.arange(lo, hi)
+            if shuffle:
+                np.random.default_rng(seed).shuffle(order)
+            for start in range(0, len(order), batch):
+                idx = order[start:start + batch]
+                out = {n: features[n][idx] for n in MV_SINGLE}
+                for n in MV_FEATURES:
+                    flat, lengths = features[n]
+                    offsets = np.concatenate([[0], np.cumsum(lengths)])
+                    out[n] = tf.RaggedTensor.from_row_lengths(
+                        np.concatenate([flat[offsets[i]:offsets[i + 1]]
+                                        for i in idx]),
+                        lengths[idx]).to_sparse()
+                yield out, label[idx]
+        spec = {n: tf.TensorSpec([None], tf.int64) for n in MV_SINGLE}
+        spec.update({n: tf.SparseTensorSpec([None, None], tf.int64)
+                     for n in MV_FEATURES})
+        return tf.data.Dataset.from_generator(
+            gen, output_signature=(spec, tf.TensorSpec([None], tf.float32))
+        ).cache()
+
+    return dataset(0, train_rows, True), dataset(train_rows, rows, False)
+
+
+def _mv_inputs():
+    inputs = {n: tf_keras.Input((), dtype=tf.int64, name=n) for n in MV_SINGLE}
+    inputs.update({n: tf_keras.Input((None,), dtype=tf.int64, sparse=True,
+                                      name=n) for n in MV_FEATURES})
+    return inputs
+
+
+def multi_valued_user_model(initializer: Any = None,
+                            hidden: Sequence[int] = (64, 32)) -> tn.Model:
+    """TensorNet-style: sparse VarLen inputs, dim-1 wide + dim-8 deep."""
+    inputs = _mv_inputs()
+    names = MV_SINGLE + MV_FEATURES
+    ids = {n: fc.category_column(n) for n in names}
+    kw = {} if initializer is None else {"initializer": initializer}
+    wide = tn.layers.EmbeddingFeatures(
+        [fc.embedding_column(ids[n], 1, table="wide", **kw) for n in names],
+        name="wide")
+    deep = tn.layers.EmbeddingFeatures(
+        [fc.embedding_column(ids[n], 8, table="deep", **kw) for n in names],
+        name="deep")
+    x = deep(inputs)
+    for units in hidden:
+        x = tf_keras.layers.Dense(units, activation="relu")(x)
+    logits = tf_keras.layers.Dense(1)(x) + tf.reduce_sum(
+        wide(inputs), axis=1, keepdims=True)
+    return tn.Model(inputs, logits)
+
+
+class SparseEmbedding(tf_keras.layers.Layer):
+    """Stock embedding of `[B]` or SparseTensor ids reduced by floormod;
+    multi-valued ids are averaged (safe_embedding_lookup_sparse)."""
+
+    def __init__(self, num_bins: int, dim: int, initializer="uniform",
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.num_bins, self.dim, self.initializer = num_bins, dim, initializer
+
+    def build(self, input_shape):
+        self.embeddings = self.add_weight(
+            "embeddings", (self.num_bins, self.dim),
+            initializer=self.initializer)
+
+    def call(self, ids):
+        if isinstance(ids, tf.SparseTensor):
+            ids = tf.SparseTensor(ids.indices,
+                                  tf.math.floormod(ids.values, self.num_bins),
+                                  ids.dense_shape)
+            return tf.nn.safe_embedding_lookup_sparse(
+                self.embeddings, ids, combiner="mean")
+        return tf.gather(self.embeddings, tf.math.floormod(ids, self.num_bins))
+
+
+def multi_valued_stock_model(hidden: Sequence[int] = (64, 32)) -> tf_keras.Model:
+    inputs = _mv_inputs()
+    names = MV_SINGLE + MV_FEATURES
+    deep = [SparseEmbedding(MV_BINS, 8, name=f"emb_{n}")(inputs[n])
+            for n in names]
+    wide = [SparseEmbedding(MV_BINS, 1, initializer="zeros",
+                            name=f"wide_{n}")(inputs[n]) for n in names]
+    x = tf_keras.layers.Concatenate()(deep)
+    for units in hidden:
+        x = tf_keras.layers.Dense(units, activation="relu")(x)
+    logits = tf_keras.layers.Add()([tf_keras.layers.Dense(1)(x)] + wide)
+    return tf_keras.Model(inputs, logits)
+
+
+# ------------------------------------------------------------- train+score
+def fit_and_score(model, opt, train, evals, epochs: int) -> float:
+    """Fits with binary cross-entropy on logits; hold-out AUC."""
+    from tnet.data.metrics import auc
+    model.compile(opt, loss=tf_keras.losses.BinaryCrossentropy(from_logits=True))
+    model.fit(train, epochs=epochs, verbose=0)
+    labels, scores = [], []
+    for features, y in evals:
+        scores.append(np.asarray(model(features, training=False)).reshape(-1))
+        labels.append(np.asarray(y).reshape(-1))
+    return float(auc(np.concatenate(labels), np.concatenate(scores)))
+
+
+def run(case: str, side: str, seed: int, kind: str = "adam",
+        initializer: Any = None, epochs: int = 2,
+        data_dir: pathlib.Path | None = None) -> float:
+    """One trained model's hold-out AUC. case: "criteo" | "multi_valued";
+    side: "tnet" | "stock"."""
+    tf_keras.utils.set_random_seed(seed)
+    if case == "criteo":
+        train, evals = criteo_data(data_dir, seed)
+        model = (criteo_user_wide_deep(initializer) if side == "tnet"
+                 else criteo_stock_wide_deep())
+    elif case == "multi_valued":
+        train, evals = multi_valued_data(seed)
+        model = (multi_valued_user_model(initializer) if side == "tnet"
+                 else multi_valued_stock_model())
+    else:
+        raise ValueError(f"unknown case {case!r}")
+    return fit_and_score(model, optimizer(kind, side == "stock"), train,
+                         evals, epochs)

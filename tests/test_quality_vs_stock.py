@@ -1,0 +1,40 @@
+"""User-written models with tnet defaults against the stock tf_keras model
+a competent user writes instead (ids reduced with floormod, Keras
+defaults), same data, same optimizer, same seeds: tnet's mean hold-out AUC
+over 3 seeds must be at least stock's - 0.002.
+
+- Criteo: real rows from ../shared/data (train on train_extra_nonhead.tsv +
+  8,000 dev rows, score the other 1,999 dev rows).
+- Multi-valued: SparseTensor (VarLen) inputs on generated data whose label
+  follows a known logistic model of the ids.
+
+The models and data are tests/programs/user_models.py; the defaults were
+chosen with tools/measure_defaults.py (BENCHMARKS.md "Defaults").
+"""
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from tests.conftest import SHARED_DATA, data_file
+from tests.programs import user_models
+
+SEEDS = (0, 1, 2)
+MARGIN = 0.002
+
+
+@pytest.mark.parametrize("kind", ["adam", "adagrad"])
+@pytest.mark.parametrize("case", ["criteo", "multi_valued"])
+def test_user_model_with_defaults_at_least_stock(case, kind):
+    if case == "criteo":
+        data_file("criteo/dev_head10k.tsv")
+        data_file("criteo/train_extra_nonhead.tsv")
+    runs = {side: [user_models.run(case, side, seed, kind,
+                                   data_dir=SHARED_DATA) for seed in SEEDS]
+            for side in ("tnet", "stock")}
+    tnet, stock = (statistics.fmean(runs[s]) for s in ("tnet", "stock"))
+    print(f"{case} {kind}: tnet AUC {tnet:.4f} {runs['tnet']}, stock "
+          f"{stock:.4f} {runs['stock']}")
+    assert tnet >= stock - MARGIN, runs
+    assert tnet > 0.6, runs   # both learned something
