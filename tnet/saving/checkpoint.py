@@ -698,10 +698,55 @@ def _write(model, tables, directory, step, train_step, parent, full_reason,
     return final, summary
 
 
+class _DenseWriter:
+    """Writes the dense state through one traced `Checkpoint.write`.
+
+    An eager `tf.train.Checkpoint.write` of variables placed on ps tasks
+    grows every ps process by ~0.3 MB per save, without bound (measured
+    here: +96 MB per 300 writes of 20 ps variables, each ps); the same
+    write traced once in a tf.function and called again rises once (~30 MB)
+    and then stays flat over 1,200 writes. The function is retraced only
+    when the model's set of dense variables changes (e.g. optimizer slots
+    created by the first step): the object graph is fixed at trace time.
+    """
+
+    def __init__(self, model):
+        self._view = _dense_view(model)   # TrackableView holds it weakly
+        self.key = _dense_variable_ids(self._view)
+        checkpoint = tf.train.Checkpoint(model=self._view)
+        self._write = tf.function(checkpoint.write, autograph=False)
+
+    def __call__(self, prefix: str) -> None:
+        self._write(tf.constant(prefix))
+
+
+_DENSE_WRITERS: "weakref.WeakKeyDictionary[Any, _DenseWriter]" = (
+    weakref.WeakKeyDictionary())
+
+
+def _on_ps_tasks(model) -> bool:
+    strategy = getattr(model, "distribute_strategy", None)
+    return isinstance(strategy,
+                      tf.distribute.experimental.ParameterServerStrategy)
+
+
+def _dense_variable_ids(view) -> Tuple[int, ...]:
+    return tuple(sorted({id(obj) for obj in
+                         tf.train.TrackableView(view).descendants()
+                         if isinstance(obj, tf.Variable)}))
+
+
 def _write_dense(model, tmp: str) -> Dict[str, Any]:
     prefix = os.path.join(tmp, DENSE_PREFIX)
     os.makedirs(os.path.dirname(prefix), exist_ok=True)
-    tf.train.Checkpoint(model=_dense_view(model)).write(prefix)
+    if not _on_ps_tasks(model):   # one process: the plain eager write
+        tf.train.Checkpoint(model=_dense_view(model)).write(prefix)
+    else:
+        writer = _DENSE_WRITERS.get(model)
+        if writer is None or writer.key != _dense_variable_ids(
+                _dense_view(model)):
+            writer = _DENSE_WRITERS[model] = _DenseWriter(model)
+        writer(prefix)
     entries = [n for n, _ in tf.train.list_variables(prefix)
                if n != "_CHECKPOINTABLE_OBJECT_GRAPH"]
     return {"prefix": DENSE_PREFIX, "entries": len(entries)}
