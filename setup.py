@@ -93,13 +93,27 @@ class BuildOps(build_ext):
                         str(src), "-ldl"], check=True)
 
 
+
+def _runtime_requirements() -> list[str]:
+    """The pinned runtime block of requirements.txt (one source of truth:
+    the op library links against exactly that TensorFlow)."""
+    reqs = []
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        if line.startswith("# Tests"):
+            break
+        if line.strip() and not line.startswith("#"):
+            reqs.append(line.strip())
+    return reqs
+
+
 setup(
     name="tnet",
     version="0.1.0",
     description="Sparse embedding tables and ParameterServerStrategy "
                 "training for Keras recommendation models",
     packages=find_packages(include=["tnet", "tnet.*"]),
-    python_requires=">=3.10",
+    python_requires=">=3.11,<3.12",   # what is pinned and tested
+    install_requires=_runtime_requirements(),
     ext_modules=[Extension("tnet._lib.libtnet_ops", sources=[]),
                  Extension("tnet._lib.libtnet_bind", sources=[])],
     cmdclass={"build_ext": BuildOps},

@@ -1,6 +1,6 @@
 """Shared helpers for tnet's benchmark scripts (tools/bench_*.py).
 
-BENCHMARK_PROTOCOL.md asks every figure to be measured side by side in one
+docs/BENCHMARK_PROTOCOL.md asks every figure to be measured side by side in one
 run (A, B, A, B ...), reported as the median of >= 3 repeats with the ratio,
 and stored with its command, git commit, machine, date, versions and peak
 RSS. This module does exactly that and nothing else:

@@ -2,7 +2,7 @@
 
 Everything is measured in one process and one run, cases alternated A, B,
 A, B ... for --repeats repeats; the tables report medians and the median of
-the per-repeat ratios (BENCHMARK_PROTOCOL.md). Sections:
+the per-repeat ratios (docs/BENCHMARK_PROTOCOL.md). Sections:
 
 1. pull: a tnet table of --rows rows (dim 16, Adagrad) against the same rows
    in a dense `tf.Variable` read by `tf.gather`, in a
@@ -489,7 +489,7 @@ def parse_args(argv=None):
         if getattr(args, k) is None:
             setattr(args, k, v)
     if args.repeats < 3:
-        p.error("--repeats must be >= 3 (BENCHMARK_PROTOCOL.md)")
+        p.error("--repeats must be >= 3 (docs/BENCHMARK_PROTOCOL.md)")
     if args.batch > args.rows:
         p.error("--batch must be <= --rows (batches are unique keys)")
     if args.out is None:

@@ -1,6 +1,6 @@
 """ParameterServerStrategy throughput and quality: tnet vs stock tf_keras.
 
-    python tools/bench_pss.py            # WD-400, BENCHMARK_PROTOCOL.md
+    python tools/bench_pss.py            # WD-400, docs/BENCHMARK_PROTOCOL.md
     python tools/bench_pss.py --quick    # small, checks the script works
 
 Local clusters on 127.0.0.1 (tools/launch_local.py: 1 chief + W workers +
@@ -14,7 +14,7 @@ batch 4096 (each step is one worker's batch), Adagrad lr 0.05.
   tn.distribute.ParameterServerStrategy() (one shard of each table per ps);
 - stock: tf_keras Wide&Deep with 2**20 hash bins per column and per table
   (Hashing + Embedding), tf_keras Adagrad (sparse row updates: stock's best,
-  the baseline of BENCHMARK_PROTOCOL.md), built under
+  the baseline of docs/BENCHMARK_PROTOCOL.md), built under
   tf.distribute.ParameterServerStrategy with MinSizePartitioner(1 MiB,
   max_shards = #ps) so every hashed embedding is partitioned over the ps
   tasks (the dense layers, < 1 MiB each, are not). Compiled without metrics
@@ -54,7 +54,7 @@ from tools import _bench_common as bc  # noqa: E402
 
 SHAPES = ((2, 2), (1, 1))  # (workers, ps)
 IMPLS = ("tnet", "stock")
-TARGET = 1.5  # BENCHMARK_PROTOCOL.md, WD-400 PSS 2w/2ps (issue 4 says 2x)
+TARGET = 1.5  # docs/BENCHMARK_PROTOCOL.md, WD-400 PSS 2w/2ps (issue 4 says 2x)
 ISSUE_TARGET = 2.0
 
 

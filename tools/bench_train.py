@@ -1,6 +1,6 @@
 """Training throughput and quality: tnet Wide&Deep vs stock tf_keras.
 
-    python tools/bench_train.py            # WD-400, BENCHMARK_PROTOCOL.md
+    python tools/bench_train.py            # WD-400, docs/BENCHMARK_PROTOCOL.md
     python tools/bench_train.py --quick    # small, checks the script works
 
 One process, synthetic Criteo-like data (tnet.data.SyntheticCriteo: 26 id

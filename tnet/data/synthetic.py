@@ -1,4 +1,4 @@
-"""Deterministic synthetic Criteo-like data (BENCHMARK_PROTOCOL.md, "Synthetic").
+"""Deterministic synthetic Criteo-like data (docs/BENCHMARK_PROTOCOL.md, "Synthetic").
 
 Why synthetic: real Criteo in this repo is 13k rows, far too few to measure
 throughput with millions of distinct ids, and a known generating model gives
