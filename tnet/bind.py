@@ -8,7 +8,7 @@ LD_PRELOAD library (`tnet/_lib/libtnet_bind.so`, source
 task's own address. A preload only works from the start of a process, so
 `python -m tnet.server` and `python -m tnet.train` call `ensure()` first:
 it re-executes the process once with the library preloaded, and
-`tools/launch_local.py` sets the environment before it starts each task.
+`tnet/launch.py` sets the environment before it starts each task.
 
 The policy comes from the environment variable TNET_BIND:
 
@@ -18,7 +18,7 @@ The policy comes from the environment variable TNET_BIND:
 - `strict`: like auto, but refuse to start when the address cannot be used.
 - `all`: TensorFlow's behaviour (every interface).
 
-This module uses only the standard library: tools/launch_local.py loads it
+This module uses only the standard library: tnet/launch.py loads it
 by path without importing TensorFlow.
 """
 from __future__ import annotations

@@ -32,7 +32,7 @@ def main() -> int:
         return 2
     if config is None:
         print("tnet.server: TF_CONFIG is not set; a ps or worker task needs "
-              "it (tools/launch_local.py sets it for local clusters)",
+              "it (tnet.launch sets it for local clusters)",
               file=sys.stderr)
         return 2
     kind, index = config["task"]["type"], config["task"].get("index", 0)

@@ -420,7 +420,7 @@ def export_and_check(model, spec) -> dict:
     tolerance = {None: 1e-5, "float16": 1e-3, "int8": 1e-2}[FLAGS.quantize]
     result = {"path": path, "quantize": FLAGS.quantize}
     result["checked_without_tnet"] = _run_checker(
-        "check_export.py", path, sample_path, tolerance)
+        "check.py", path, sample_path, tolerance)
     return result
 
 
@@ -443,7 +443,7 @@ def export_and_check_retrieval(model, spec) -> dict:
     sample_path = _save_sample(__ids__=ids.numpy(), __scores__=scores.numpy(),
                                **sample)
     result["checked_without_tnet"] = _run_checker(
-        "check_retrieval_export.py", path, sample_path, 1e-4)
+        "check_retrieval.py", path, sample_path, 1e-4)
     return result
 
 
@@ -463,15 +463,12 @@ def _save_sample(**arrays) -> str:
 
 def _run_checker(script: str, path: str, sample_path: str,
                  tolerance: float) -> bool:
-    """Runs tools/<script> on an export in a fresh process that never imports
-    tnet (no PYTHONPATH, no cluster, no preload); raises if it fails.
-    Returns False (with a warning) when the tools/ folder is not installed."""
+    """Runs tnet/saving/<script> on an export in a fresh process that never
+    imports tnet (by file path: no package import, no PYTHONPATH, no
+    cluster, no preload); raises if it fails."""
     import subprocess  # noqa: PLC0415
-    checker = os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), "tools", script)
-    if not os.path.exists(checker):
-        logging.warning("tools/%s not found; export not checked", script)
-        return False
+    checker = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           "saving", script)
     env = {k: v for k, v in os.environ.items()
            if k not in ("TF_CONFIG", "PYTHONPATH", "LD_PRELOAD")
            and not k.startswith("TNET_BIND")}

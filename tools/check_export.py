@@ -1,42 +1,12 @@
-"""Checks a tnet SavedModel in a process that never imports tnet.
+"""Checks a tnet SavedModel without tnet: see tnet/saving/check.py.
 
-    python tools/check_export.py --export_dir DIR --sample SAMPLE.npz [--tolerance 1e-5]
-
-SAMPLE.npz holds the serving inputs (one array per feature) and
-`__expected__`, the predictions the training process computed for them. The
-script loads the SavedModel with stock TensorFlow only, calls its
-`serving_default` signature, compares, and exits 1 on any mismatch (or if
-tnet got imported).
+Kept for checkouts and scripts that call it by path; the code is
+`tnet/saving/check.py` (run here by path, so this process never imports tnet).
 """
-from __future__ import annotations
-
-import argparse
+import os
+import runpy
 import sys
 
-import numpy as np
-import tensorflow as tf
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--export_dir", required=True)
-    parser.add_argument("--sample", required=True)
-    parser.add_argument("--tolerance", type=float, default=1e-5)
-    args = parser.parse_args()
-    sample = dict(np.load(args.sample, allow_pickle=False))
-    expected = sample.pop("__expected__")
-    loaded = tf.saved_model.load(args.export_dir)
-    serve = loaded.signatures["serving_default"]
-    inputs = {k: tf.constant(v) for k, v in sample.items()}
-    got = serve(**inputs)["prediction"].numpy().reshape(-1)
-    diff = float(np.max(np.abs(got - expected.reshape(-1))))
-    tnet_loaded = any(m == "tnet" or m.startswith("tnet.") for m in sys.modules)
-    print(f"export check: {got.size} predictions from {args.export_dir} in a "
-          f"process without tnet (tnet imported: {tnet_loaded}); max |diff| "
-          f"vs training process = {diff:.2e} (tolerance {args.tolerance:g})",
-          flush=True)
-    return 0 if diff <= args.tolerance and not tnet_loaded else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+sys.argv[0] = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "tnet", "saving", "check.py")
+runpy.run_path(sys.argv[0], run_name="__main__")
