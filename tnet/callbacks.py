@@ -16,6 +16,7 @@ import tf_keras
 
 from tnet import distribute as tn_distribute
 from tnet.saving import checkpoint as ckpt
+from tnet.saving.files import logger as _ckpt_logger
 
 __all__ = ["Checkpoint", "TableMaintenance"]
 
@@ -147,7 +148,7 @@ class Checkpoint(tf_keras.callbacks.Callback):
         if self.verbose:
             print(f"[tnet.checkpoint] {message}", flush=True)
         else:
-            ckpt.logger.info("%s", message)
+            _ckpt_logger.info("%s", message)
 
     def on_train_begin(self, logs=None):
         self.restored_step = self.restored_path = self.resumed_at = None
