@@ -19,6 +19,7 @@ import tensorflow as tf
 import tf_keras
 
 from tests.conftest import ROOT
+from tools import procfs
 from tests.programs.ckpt_train import CATS, make_data
 from tnet import feature_column as fc
 from tnet.saving import checkpoint as ckpt_mod
@@ -107,11 +108,7 @@ def build(model):
 
 
 def vm_kb(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
+    return procfs.status_bytes(field) // 1024
 
 
 # -------------------------------------------------------------- round trip
@@ -551,12 +548,7 @@ def test_sigkill_after_checkpoint_then_resume_one_process(tmp_path):
 def _running(pid):
     """True unless the process is gone or a zombie (its parent, the killed
     launcher, cannot reap it any more)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    return procfs.running(pid)
 
 
 class _Cluster:
@@ -651,11 +643,8 @@ class OneTable(tn.Model):
 
 
 def test_save_memory_stays_bounded_for_2m_rows(tmp_path):
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError as e:
-        pytest.skip(f"cannot reset VmHWM: {e}")
+    if not procfs.reset_peak():
+        pytest.skip("cannot reset VmHWM (/proc/self/clear_refs)")
     rows, dim = 2_000_000, 16
     model = OneTable(dim)
     model.compile(tn.optimizer.Adagrad(0.05))
@@ -673,8 +662,7 @@ def test_save_memory_stays_bounded_for_2m_rows(tmp_path):
     assert int(table.size()) == rows
     payload = rows * (8 + 4 * dim * 2 + 24)
     rss = vm_kb("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # VmHWM := VmRSS
+    procfs.reset_peak()  # VmHWM := VmRSS
     start = time.monotonic()
     lines = []
     path = tn.saving.save(model, tmp_path, step=1, progress=lines.append)
@@ -690,8 +678,7 @@ def test_save_memory_stays_bounded_for_2m_rows(tmp_path):
     # incremental=True also builds the row index (16 bytes a row, kept for
     # the next delta, plus a sort): documented as O(rows), measured here.
     rss = vm_kb("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
+    procfs.reset_peak()
     tn.saving.save(model, tmp_path, step=2, incremental=True, progress=quiet)
     growth = (vm_kb("VmHWM") - rss) * 1024
     print(f"incremental (full + index) save: peak RSS growth "

@@ -29,6 +29,8 @@ import sys
 import time
 from typing import Any, Callable, Iterable, Sequence
 
+from tools import procfs
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join(REPO_ROOT, "bench", "results")
 
@@ -110,11 +112,8 @@ def default_out_path(bench_name: str) -> str:
 # ----------------------------------------------------------------- memory
 def rss_bytes() -> int:
     """Current resident set size of this process (VmRSS)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return -1
+    value = procfs.status_bytes("VmRSS")
+    return -1 if value is None else value
 
 
 def release_free_memory() -> None:

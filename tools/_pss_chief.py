@@ -63,6 +63,7 @@ import tf_keras  # noqa: E402
 
 from tnet import data as tn_data  # noqa: E402
 from tnet.data.metrics import auc  # noqa: E402
+from tools import procfs  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -178,28 +179,17 @@ def task_pids(config):
 def cpu_seconds(pids):
     """{pid: user + system CPU seconds} from /proc/<pid>/stat (threads
     included); missing processes are left out."""
-    tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-            out[pid] = (int(fields[11]) + int(fields[12])) / tick
-        except (OSError, IndexError, ValueError):
-            pass
+        seconds = procfs.cpu_seconds(pid)
+        if seconds is not None:
+            out[pid] = seconds
     return out
 
 
 def peak_rss(pid):
     """VmHWM (peak RSS) of a process in bytes, or None."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    return procfs.status_bytes("VmHWM", pid)
 
 
 # ----------------------------------------------------------------- models

@@ -71,6 +71,7 @@ from tnet.data.synthetic import SyntheticCriteo  # noqa: E402
 from tnet.models import WideDeep  # noqa: E402
 from tnet.models.stock import stock_wide_deep  # noqa: E402
 from tools import _bench_common as bc  # noqa: E402
+from tools import procfs  # noqa: E402
 
 MB = 1e6
 CHUNK = 1 << 20
@@ -112,11 +113,8 @@ def log(msg):
 
 # ----------------------------------------------------------------- memory
 def _status_kib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return -1
+    value = procfs.status_bytes(field)
+    return -1 if value is None else value
 
 
 class PeakRss:
@@ -130,12 +128,7 @@ class PeakRss:
 
     def __enter__(self):
         bc.release_free_memory()
-        try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
-            self.exact = True
-        except OSError:
-            self.exact = False
+        self.exact = procfs.reset_peak()
         self.before = _status_kib("VmRSS")
         self.hwm_before = _status_kib("VmHWM")
         return self

@@ -35,6 +35,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tools import procfs  # noqa: E402
 from tools._bench_common import RESULTS_DIR, REPO_ROOT, run_info  # noqa: E402
 
 MB = 1 << 20
@@ -42,14 +43,7 @@ MB = 1 << 20
 
 def rss_bytes(pid: int) -> Optional[int]:
     """VmRSS of a process, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return None
+    return procfs.status_bytes("VmRSS", pid)
 
 
 class ClusterRun:
