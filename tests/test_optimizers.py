@@ -182,3 +182,41 @@ def test_learning_rate_schedule_is_called_with_step():
         lambda step: 0.5 * tf.cast(step, tf.float32)), initializer="zeros")
     table.push([7], [[1.0, 2.0]], step=4)  # lr = 2
     np.testing.assert_array_equal(table.pull([7]).numpy(), [[-2.0, -4.0]])
+
+
+def test_rules_are_registered_once_and_slot_counts_come_from_the_kernel():
+    """Python's rule list, the CLI's choices and the stock-Keras mapping all
+    derive from the registrations; each rule's slot count is what its table
+    actually exports."""
+    from tnet.optimizer import sparse
+    assert set(sparse._BY_NAME) == {"sgd", "adagrad", "rowwise_adagrad",
+                                    "adam", "ftrl"}
+    assert set(tn.optimizer.names()) == set(sparse._BY_NAME)
+    for name, cls in sparse._BY_NAME.items():
+        assert tn.optimizer.by_name(name).rule_class is cls
+        assert isinstance(tn.optimizer.by_name(name)().sparse_rule, cls)
+        table = tn.table.SparseTable(f"slots_{name}", dim=3, optimizer=name,
+                                     num_shards=1)
+        table.pull(tf.constant([5], tf.int64), training=True)
+        slots = np.asarray(table.export()[2])
+        assert slots.shape == (1, cls().num_slots(3)), name
+    assert [sparse.SGD().num_slots(8), sparse.Adagrad().num_slots(8),
+            sparse.RowwiseAdagrad().num_slots(8), sparse.Adam().num_slots(8),
+            sparse.Ftrl().num_slots(8)] == [0, 8, 1, 17, 16]
+    # Stock Keras optimizers map by class to the rule with their settings.
+    rule = tn.optimizer.sparse_rule_of(tf_keras_adam(epsilon=0.5))
+    assert isinstance(rule, sparse.Adam) and rule.epsilon == 0.5
+
+
+def tf_keras_adam(**kwargs):
+    import tf_keras
+    return tf_keras.optimizers.Adam(**kwargs)
+
+
+def test_unknown_rule_is_rejected_by_the_kernel_with_the_list():
+    from tnet import _ops
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="unknown optimizer 'momentum'.*sgd, adagrad"):
+        _ops.tnet_sparse_rule_slots(optimizer="momentum", dim=4)
+    with pytest.raises(ValueError, match="no tnet optimizer for rule"):
+        tn.optimizer.by_name("momentum")

@@ -41,3 +41,4 @@ sparse_table_import = ops.sparse_table_import
 sparse_table_evict = ops.sparse_table_evict
 sparse_table_stats = ops.sparse_table_stats
 tnet_sum_rows = ops.tnet_sum_rows
+tnet_sparse_rule_slots = ops.tnet_sparse_rule_slots

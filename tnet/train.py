@@ -62,8 +62,7 @@ flags.DEFINE_enum("bad_rows", "fail", ["fail", "skip"],
                   "(count and report).")
 flags.DEFINE_integer("batch_size", 1024, "Examples per step.")
 flags.DEFINE_integer("epochs", 1, "Passes over the training data.")
-flags.DEFINE_enum("optimizer", "adagrad",
-                  ["sgd", "adagrad", "rowwise_adagrad", "adam", "ftrl"],
+flags.DEFINE_enum("optimizer", "adagrad", tn.optimizer.names(),
                   "Optimizer for dense variables and tables.")
 flags.DEFINE_float("learning_rate", 0.05, "Learning rate.")
 flags.DEFINE_integer("embedding_dim", 8, "Embedding width per id column.")
@@ -132,9 +131,6 @@ def _lifecycle(model, checkpoints):
     return maintenance
 
 
-_OPTIMIZERS = {"sgd": tn.optimizer.SGD, "adagrad": tn.optimizer.Adagrad,
-               "rowwise_adagrad": tn.optimizer.RowwiseAdagrad,
-               "adam": tn.optimizer.Adam, "ftrl": tn.optimizer.Ftrl}
 _MODELS = {"wide_deep": tn_models.WideDeep, "deepfm": tn_models.DeepFM,
            "dcn": tn_models.DCN}
 
@@ -339,7 +335,7 @@ def run() -> dict:
     with strategy.scope():
         model = (build_model(None, None, None) if retrieval else
                  build_model(spec.categorical, spec.dense, spec.string_ids))
-        model.compile(_OPTIMIZERS[FLAGS.optimizer](FLAGS.learning_rate))
+        model.compile(tn.optimizer.by_name(FLAGS.optimizer)(FLAGS.learning_rate))
     steps = -(-spec.train_rows // FLAGS.batch_size) if distributed else None
     meter = _Throughput(steps)
     callbacks = []

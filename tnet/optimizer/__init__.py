@@ -8,7 +8,7 @@ rows on the parameter servers. The bare in-table rules are in
 """
 from tnet.optimizer import sparse
 from tnet.optimizer.keras import (SGD, Adagrad, Adam, Ftrl, RowwiseAdagrad,
-                                  sparse_rule_of)
+                                  by_name, names, sparse_rule_of)
 
 __all__ = ["SGD", "Adagrad", "RowwiseAdagrad", "Adam", "Ftrl", "sparse",
-           "sparse_rule_of"]
+           "sparse_rule_of", "by_name", "names"]

@@ -13,74 +13,98 @@ import tf_keras
 from tnet.optimizer import sparse
 
 
+_BY_RULE: dict[str, type] = {}
+
+
 class _TnetOptimizer:
+    """Registers each tnet Keras optimizer under its in-table rule's name."""
+
     sparse_rule: sparse.SparseRule
+    rule_class: type = sparse.SparseRule
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "rule_class" in cls.__dict__:
+            _BY_RULE[cls.rule_class.name] = cls
+
+    def _attach_rule(self, learning_rate):
+        """sparse_rule: rule_class with this optimizer's hyperparameters."""
+        self.sparse_rule = self.rule_class.from_keras_config(
+            _float_or_schedule(learning_rate), self.get_config())
+
+
+def by_name(name: str):
+    """The tnet Keras optimizer class whose in-table rule is `name`."""
+    if name not in _BY_RULE:
+        raise ValueError(f"no tnet optimizer for rule {name!r}; use one of "
+                         f"{names()}")
+    return _BY_RULE[name]
+
+
+def names() -> list[str]:
+    """Rule names that have a tnet Keras optimizer (train.py's --optimizer)."""
+    return list(_BY_RULE)
 
 
 class SGD(tf_keras.optimizers.SGD, _TnetOptimizer):
+    rule_class = sparse.SGD
+
     def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False,
                  **kwargs):
         super().__init__(learning_rate=learning_rate, momentum=momentum,
                          nesterov=nesterov, **kwargs)
-        self.sparse_rule = sparse.SGD(_float_or_schedule(learning_rate))
+        self._attach_rule(learning_rate)
 
 
 class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
+    rule_class = sparse.Adagrad
+
     def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1,
                  epsilon=1e-7, **kwargs):
         super().__init__(learning_rate=learning_rate,
                          initial_accumulator_value=initial_accumulator_value,
                          epsilon=epsilon, **kwargs)
-        self.sparse_rule = sparse.Adagrad(
-            _float_or_schedule(learning_rate),
-            initial_accumulator_value=initial_accumulator_value,
-            epsilon=epsilon)
+        self._attach_rule(learning_rate)
 
 
 class RowwiseAdagrad(Adagrad):
     """Adagrad for dense variables; one accumulator per row in tables."""
 
-    def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1,
-                 epsilon=1e-7, **kwargs):
-        super().__init__(learning_rate, initial_accumulator_value, epsilon,
-                         **kwargs)
-        self.sparse_rule = sparse.RowwiseAdagrad(
-            _float_or_schedule(learning_rate),
-            initial_accumulator_value=initial_accumulator_value,
-            epsilon=epsilon)
+    rule_class = sparse.RowwiseAdagrad
 
 
 class Adam(tf_keras.optimizers.Adam, _TnetOptimizer):
     """Keras Adam for dense variables; in tables each row keeps its own
     update count for bias correction (see tn.optimizer.sparse.Adam)."""
 
+    rule_class = sparse.Adam
+
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-7, **kwargs):
         super().__init__(learning_rate=learning_rate, beta_1=beta_1,
                          beta_2=beta_2, epsilon=epsilon, **kwargs)
-        self.sparse_rule = sparse.Adam(_float_or_schedule(learning_rate),
-                                       beta_1=beta_1, beta_2=beta_2,
-                                       epsilon=epsilon)
+        self._attach_rule(learning_rate)
 
 
 class Ftrl(tf_keras.optimizers.Ftrl, _TnetOptimizer):
+    rule_class = sparse.Ftrl
+
     def __init__(self, learning_rate=0.001, learning_rate_power=-0.5,
                  initial_accumulator_value=0.1,
                  l1_regularization_strength=0.0,
                  l2_regularization_strength=0.0,
                  l2_shrinkage_regularization_strength=0.0, beta=0.0,
                  **kwargs):
-        hparams = dict(
+        super().__init__(
+            learning_rate=learning_rate,
             learning_rate_power=learning_rate_power,
             initial_accumulator_value=initial_accumulator_value,
             l1_regularization_strength=l1_regularization_strength,
             l2_regularization_strength=l2_regularization_strength,
             l2_shrinkage_regularization_strength=(
                 l2_shrinkage_regularization_strength),
-            beta=beta)
-        super().__init__(learning_rate=learning_rate, **hparams, **kwargs)
-        self.sparse_rule = sparse.Ftrl(_float_or_schedule(learning_rate),
-                                       **hparams)
+            beta=beta, **kwargs)
+        self._attach_rule(learning_rate)
 
 
 def _float_or_schedule(learning_rate):
@@ -98,24 +122,10 @@ def sparse_rule_of(optimizer) -> sparse.SparseRule:
     if isinstance(rule, sparse.SparseRule):
         return rule
     if isinstance(optimizer, tf_keras.optimizers.Optimizer):
-        cfg = optimizer.get_config()
-        lr = float(tf_keras.backend.get_value(optimizer.learning_rate))
-        kind = type(optimizer).__name__.lower()
-        if kind == "adagrad":
-            return sparse.Adagrad(lr, cfg["initial_accumulator_value"],
-                                  cfg["epsilon"])
-        if kind == "adam":
-            return sparse.Adam(lr, cfg["beta_1"], cfg["beta_2"],
-                               cfg["epsilon"])
-        if kind == "ftrl":
-            return sparse.Ftrl(
-                lr, cfg["learning_rate_power"],
-                cfg["initial_accumulator_value"],
-                cfg["l1_regularization_strength"],
-                cfg["l2_regularization_strength"],
-                cfg["l2_shrinkage_regularization_strength"], cfg["beta"])
-        if kind == "sgd":
-            return sparse.SGD(lr)
+        rule = sparse.by_keras_name(type(optimizer).__name__.lower())
+        if rule is not None:
+            lr = float(tf_keras.backend.get_value(optimizer.learning_rate))
+            return rule.from_keras_config(lr, optimizer.get_config())
     raise ValueError(
         f"no in-table rule for optimizer {optimizer!r}: use tn.optimizer.SGD, "
         "Adagrad, RowwiseAdagrad, Adam or Ftrl (or stock tf_keras SGD, "

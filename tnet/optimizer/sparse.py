@@ -1,6 +1,14 @@
-"""Sparse update rules: configuration objects turned into table op attrs."""
+"""Sparse update rules: configuration objects turned into table op attrs.
+
+A rule's arithmetic lives in C++ (tnet_ops/optimizers/<rule>.h, listed in
+rules.h); its Python class here names it, lists its Keras hyperparameters and
+says which stock tf_keras optimizer it mirrors. Subclasses register
+themselves by `name`; the slot count comes from the op library, so nothing
+here mirrors C++.
+"""
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Union
 
@@ -10,12 +18,20 @@ LearningRate = Union[float, Callable[[Any], Any]]
 class SparseRule:
     """Base class: an update rule and its hyperparameters.
 
-    Subclasses set `name` (the kernel's rule) and list their hyperparameters
-    in `_hparams`; `table_attrs()` returns them as SparseTableHandle attrs.
+    Subclasses set `name` (the kernel's rule, as in the C++ header's kName),
+    list their hyperparameters in `_hparams` (SparseTableHandle attrs, Keras
+    names) and, when a stock tf_keras optimizer has the same update, its
+    lower-case class name in `keras_name`; `table_attrs()` returns the attrs.
     """
 
     name: str = ""
+    keras_name: str = ""
     _hparams: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__ and cls.name:
+            _BY_NAME[cls.name] = cls
 
     def __init__(self, learning_rate: LearningRate = 0.01, **hparams: float):
         if not callable(learning_rate):
@@ -32,7 +48,14 @@ class SparseRule:
         return attrs
 
     def num_slots(self, dim: int) -> int:
-        raise NotImplementedError
+        """Floats of optimizer state per row at width `dim` (from C++)."""
+        return _slots_from_op(self.name, int(dim))
+
+    @classmethod
+    def from_keras_config(cls, learning_rate: float,
+                          config: dict[str, Any]) -> "SparseRule":
+        """The rule with a stock Keras optimizer's hyperparameters."""
+        return cls(learning_rate, **{k: config[k] for k in cls._hparams})
 
     def get_config(self) -> dict[str, Any]:
         config = {"class_name": type(self).__name__,
@@ -44,6 +67,26 @@ class SparseRule:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_config().items()
                          if k != "class_name")
         return f"{type(self).__name__}({args})"
+
+
+_BY_NAME: dict[str, type] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def _slots_from_op(name: str, dim: int) -> int:
+    import tensorflow as tf
+
+    from tnet import _ops
+    with tf.init_scope(), tf.device("/CPU:0"):
+        return int(_ops.tnet_sparse_rule_slots(optimizer=name, dim=dim))
+
+
+def by_keras_name(keras_name: str):
+    """The rule class mirroring a stock tf_keras optimizer, or None."""
+    for cls in _BY_NAME.values():
+        if cls.keras_name == keras_name:
+            return cls
+    return None
 
 
 def _check_number(name: str, value: Any, minimum: float | None = None) -> None:
@@ -59,18 +102,18 @@ class SGD(SparseRule):
     """w -= lr * g."""
 
     name = "sgd"
+    keras_name = "sgd"
 
     def __init__(self, learning_rate: LearningRate = 0.01):
         super().__init__(learning_rate)
 
-    def num_slots(self, dim: int) -> int:
-        return 0
 
 
 class Adagrad(SparseRule):
     """Element-wise Adagrad, row for row as ResourceSparseApplyAdagradV2."""
 
     name = "adagrad"
+    keras_name = "adagrad"
     _hparams = ("initial_accumulator_value", "epsilon")
 
     def __init__(self, learning_rate: LearningRate = 0.001,
@@ -80,8 +123,6 @@ class Adagrad(SparseRule):
                          initial_accumulator_value=initial_accumulator_value,
                          epsilon=epsilon)
 
-    def num_slots(self, dim: int) -> int:
-        return dim
 
 
 class RowwiseAdagrad(Adagrad):
@@ -92,9 +133,8 @@ class RowwiseAdagrad(Adagrad):
     """
 
     name = "rowwise_adagrad"
+    keras_name = ""  # no stock Keras optimizer has this update
 
-    def num_slots(self, dim: int) -> int:
-        return 1
 
 
 class Adam(SparseRule):
@@ -106,6 +146,7 @@ class Adam(SparseRule):
     """
 
     name = "adam"
+    keras_name = "adam"
     _hparams = ("beta_1", "beta_2", "epsilon")
 
     def __init__(self, learning_rate: LearningRate = 0.001,
@@ -114,14 +155,13 @@ class Adam(SparseRule):
         super().__init__(learning_rate, beta_1=beta_1, beta_2=beta_2,
                          epsilon=epsilon)
 
-    def num_slots(self, dim: int) -> int:
-        return 2 * dim + 1
 
 
 class Ftrl(SparseRule):
     """FTRL-proximal, row for row as Keras Ftrl (ResourceSparseApplyFtrlV2)."""
 
     name = "ftrl"
+    keras_name = "ftrl"
     _hparams = ("learning_rate_power", "initial_accumulator_value",
                 "l1_regularization_strength", "l2_regularization_strength",
                 "l2_shrinkage_regularization_strength", "beta")
@@ -143,12 +183,7 @@ class Ftrl(SparseRule):
                 l2_shrinkage_regularization_strength),
             beta=beta)
 
-    def num_slots(self, dim: int) -> int:
-        return 2 * dim
 
-
-_BY_NAME = {"sgd": SGD, "adagrad": Adagrad, "rowwise_adagrad": RowwiseAdagrad,
-            "adam": Adam, "ftrl": Ftrl}
 
 
 def get(identifier: "SparseRule | str | None") -> SparseRule:

@@ -11,6 +11,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tnet_ops/kernels/table_resource.h"
+#include "tnet_ops/optimizers/rules.h"
 
 namespace tnet {
 
@@ -64,10 +65,9 @@ class SparseTableHandleOp : public tf::OpKernel {
 
     std::string opt;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("optimizer", &opt));
-    OP_REQUIRES(ctx, ParseOptimizerKind(opt, &config_.optimizer.kind),
-                tf::errors::InvalidArgument(
-                    "unknown optimizer '", opt,
-                    "'; use sgd, adagrad, rowwise_adagrad, adam or ftrl"));
+    OP_REQUIRES(ctx, FindRule(opt, &config_.optimizer.rule),
+                tf::errors::InvalidArgument("unknown optimizer '", opt,
+                                            "'; use one of ", RuleNames()));
     OptimizerConfig& o = config_.optimizer;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("initial_accumulator_value",
                                      &o.initial_accumulator_value));
@@ -90,14 +90,9 @@ class SparseTableHandleOp : public tf::OpKernel {
     OP_REQUIRES(ctx, FiniteNonNegative(o.epsilon),
                 tf::errors::InvalidArgument(
                     "epsilon must be finite and >= 0, got ", o.epsilon));
-    const bool adagrad = o.kind == OptimizerKind::kAdagrad ||
-                         o.kind == OptimizerKind::kRowwiseAdagrad;
-    OP_REQUIRES(ctx,
-                !adagrad || o.epsilon > 0.0f ||
-                    o.initial_accumulator_value > 0.0f,
-                tf::errors::InvalidArgument(
-                    "adagrad needs epsilon > 0 or initial_accumulator_value > "
-                    "0 (otherwise the first update divides by zero)"));
+    const std::string rule_error = CheckRule(o);
+    OP_REQUIRES(ctx, rule_error.empty(),
+                tf::errors::InvalidArgument(rule_error));
     OP_REQUIRES(ctx, o.beta_1 >= 0.0f && o.beta_1 < 1.0f,
                 tf::errors::InvalidArgument("beta_1 must be in [0, 1), got ",
                                             o.beta_1));
@@ -172,7 +167,7 @@ class SparseTableHandleOp : public tf::OpKernel {
     const TableConfig& have = res->table()->config();
     OP_REQUIRES(ctx,
                 have.dim == config_.dim &&
-                    have.optimizer.kind == config_.optimizer.kind,
+                    have.optimizer.rule == config_.optimizer.rule,
                 tf::errors::InvalidArgument(
                     "shared_name '", name, "' already holds a table with dim ",
                     have.dim, " and another configuration; use a different "
@@ -190,5 +185,37 @@ class SparseTableHandleOp : public tf::OpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("SparseTableHandle").Device(tf::DEVICE_CPU),
                         SparseTableHandleOp);
+
+// The slot count of a rule at a dim, so Python never mirrors it.
+class SparseRuleSlotsOp : public tf::OpKernel {
+ public:
+  explicit SparseRuleSlotsOp(tf::OpKernelConstruction* ctx)
+      : tf::OpKernel(ctx) {
+    std::string opt;
+    int64_t dim = 0;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("optimizer", &opt));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim));
+    int rule = 0;
+    OP_REQUIRES(ctx, FindRule(opt, &rule),
+                tf::errors::InvalidArgument("unknown optimizer '", opt,
+                                            "'; use one of ", RuleNames()));
+    OP_REQUIRES(ctx, dim >= 1 && dim <= 65536,
+                tf::errors::InvalidArgument("dim must be in [1, 65536], got ",
+                                            dim));
+    slots_ = NumSlotsFor(rule, static_cast<int>(dim));
+  }
+
+  void Compute(tf::OpKernelContext* ctx) override {
+    tf::Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tf::TensorShape({}), &out));
+    out->scalar<int32_t>()() = slots_;
+  }
+
+ private:
+  int slots_ = 0;
+};
+
+REGISTER_KERNEL_BUILDER(Name("TnetSparseRuleSlots").Device(tf::DEVICE_CPU),
+                        SparseRuleSlotsOp);
 
 }  // namespace tnet

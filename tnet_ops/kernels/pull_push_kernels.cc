@@ -6,6 +6,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tnet_ops/kernels/table_resource.h"
+#include "tnet_ops/optimizers/rules.h"
 
 namespace tnet {
 
@@ -73,10 +74,12 @@ class SparseTablePushOp : public tf::OpKernel {
     int64_t step = 0;
     OP_REQUIRES_OK(ctx, ScalarInput<float>(ctx, 3, "learning_rate", &lr));
     OP_REQUIRES_OK(ctx, ScalarInput<int64_t>(ctx, 4, "step", &step));
-    const bool ftrl = res->table()->config().optimizer.kind == OptimizerKind::kFtrl;
-    OP_REQUIRES(ctx, std::isfinite(lr) && (ftrl ? lr > 0.0f : lr >= 0.0f),
+    const int rule = res->table()->config().optimizer.rule;
+    const bool positive = RuleNeedsPositiveLearningRate(rule);
+    OP_REQUIRES(ctx, std::isfinite(lr) && (positive ? lr > 0.0f : lr >= 0.0f),
                 tf::errors::InvalidArgument(
-                    "learning_rate must be finite and ", ftrl ? "> 0" : ">= 0",
+                    "learning_rate must be finite and ",
+                    positive ? "> 0" : ">= 0", " for ", RuleName(rule),
                     ", got ", lr));
     OP_REQUIRES(ctx, step >= 0,
                 tf::errors::InvalidArgument("step must be >= 0, got ", step));

@@ -74,7 +74,7 @@ REGISTER_OP("SparseTableHandle")
 Creates (or finds, by container/shared_name) one shard of a sparse embedding
 table and returns its handle. The optimizer and its hyperparameters (Keras
 names) are fixed at creation because the row layout depends on them.
-optimizer: one of sgd, adagrad, rowwise_adagrad, adam, ftrl.
+optimizer: a rule of tnet_ops/optimizers/rules.h (sgd, adagrad, ...).
 initializer: zeros | constant [value] | uniform [minval, maxval] |
   normal [mean, stddev] | truncated_normal [mean, stddev]; seeded by key.
 min_count: shows a key needs (summed over pushes) before it gets a row;
@@ -242,6 +242,21 @@ compact: move surviving rows into the holes so whole arena chunks are
   released. It moves rows: an export cursor spanning a compacting eviction
   may miss moved rows (never repeats one). Use compact=false while exports
   run concurrently.
+)doc");
+
+REGISTER_OP("TnetSparseRuleSlots")
+    .Output("num_slots: int32")
+    .Attr("optimizer: string")
+    .Attr("dim: int")
+    .SetShapeFn([](InferenceContext* c) {
+      int64_t dim = 0;
+      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
+      c->set_output(0, c->Scalar());
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+The number of optimizer slots a table row holds for rule `optimizer` at
+width `dim` (tnet/optimizer/sparse.py reads it instead of mirroring C++).
 )doc");
 
 REGISTER_OP("TnetSumRows")

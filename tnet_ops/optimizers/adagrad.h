@@ -6,13 +6,20 @@
 #define TNET_OPS_OPTIMIZERS_ADAGRAD_H_
 
 #include <cmath>
+#include <string>
 
 #include "tnet_ops/optimizers/optimizer.h"
 
 namespace tnet {
 
-struct Adagrad {
+struct Adagrad : RuleBase {
+  static constexpr const char* kName = "adagrad";
   static int NumSlots(int dim) { return dim; }
+  static std::string Check(const OptimizerConfig& c) {
+    if (c.epsilon > 0.0f || c.initial_accumulator_value > 0.0f) return "";
+    return "adagrad needs epsilon > 0 or initial_accumulator_value > 0 "
+           "(otherwise the first update divides by zero)";
+  }
   static void InitSlots(const OptimizerConfig& c, int dim, float* s) {
     for (int j = 0; j < dim; ++j) s[j] = c.initial_accumulator_value;
   }

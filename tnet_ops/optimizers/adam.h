@@ -21,7 +21,8 @@
 
 namespace tnet {
 
-struct Adam {
+struct Adam : RuleBase {
+  static constexpr const char* kName = "adam";
   static int NumSlots(int dim) { return 2 * dim + 1; }
   static void InitSlots(const OptimizerConfig&, int dim, float* s) {
     for (int j = 0; j < 2 * dim + 1; ++j) s[j] = 0.0f;

@@ -17,7 +17,10 @@
 
 namespace tnet {
 
-struct Ftrl {
+struct Ftrl : RuleBase {
+  static constexpr const char* kName = "ftrl";
+  // Apply divides by lr.
+  static constexpr bool kNeedsPositiveLearningRate = true;
   static int NumSlots(int dim) { return 2 * dim; }
   static void InitSlots(const OptimizerConfig& c, int dim, float* s) {
     for (int j = 0; j < dim; ++j) s[j] = c.initial_accumulator_value;

@@ -1,10 +1,16 @@
 // Sparse optimizer configuration shared by the update rules.
 //
-// Each rule lives in its own header (sgd.h, adagrad.h, ...) as a struct with
+// Each rule lives in its own header (sgd.h, adagrad.h, ...) as a struct
+// deriving from RuleBase with
+//   static constexpr const char* kName;              // the Python name
 //   static int NumSlots(int dim);
 //   static void InitSlots(const OptimizerConfig&, int dim, float* slots);
 //   static void Apply(const OptimizerConfig&, float lr, int dim,
 //                     const float* grad, float* weights, float* slots);
+// and optionally Check (hyperparameter rules beyond the common ones) and
+// kNeedsPositiveLearningRate. rules.h lists the rules; everything else (the
+// name parser, slot counts, the push dispatch, the slot-count op Python
+// reads) is derived from that list.
 // The table stores the slots inside each row, right after the weights.
 // Hyperparameter names are the Keras ones.
 #ifndef TNET_OPS_OPTIMIZERS_OPTIMIZER_H_
@@ -14,10 +20,8 @@
 
 namespace tnet {
 
-enum class OptimizerKind { kSgd, kAdagrad, kRowwiseAdagrad, kAdam, kFtrl };
-
 struct OptimizerConfig {
-  OptimizerKind kind = OptimizerKind::kSgd;
+  int rule = 0;  // index into SparseRules (rules.h); 0 is SGD
   float initial_accumulator_value = 0.1f;  // Adagrad, row-wise Adagrad, FTRL
   float epsilon = 1e-7f;                   // Adagrad, Adam
   float beta_1 = 0.9f;                     // Adam
@@ -29,15 +33,12 @@ struct OptimizerConfig {
   float beta = 0.0f;                                  // FTRL
 };
 
-inline bool ParseOptimizerKind(const std::string& name, OptimizerKind* kind) {
-  if (name == "sgd") *kind = OptimizerKind::kSgd;
-  else if (name == "adagrad") *kind = OptimizerKind::kAdagrad;
-  else if (name == "rowwise_adagrad") *kind = OptimizerKind::kRowwiseAdagrad;
-  else if (name == "adam") *kind = OptimizerKind::kAdam;
-  else if (name == "ftrl") *kind = OptimizerKind::kFtrl;
-  else return false;
-  return true;
-}
+// Defaults a rule inherits: no extra hyperparameter check, lr >= 0 allowed.
+struct RuleBase {
+  static constexpr bool kNeedsPositiveLearningRate = false;
+  // Returns an error message, or "" when the config suits the rule.
+  static std::string Check(const OptimizerConfig&) { return ""; }
+};
 
 }  // namespace tnet
 

@@ -7,13 +7,19 @@
 #define TNET_OPS_OPTIMIZERS_ROWWISE_ADAGRAD_H_
 
 #include <cmath>
+#include <string>
 
+#include "tnet_ops/optimizers/adagrad.h"
 #include "tnet_ops/optimizers/optimizer.h"
 
 namespace tnet {
 
-struct RowwiseAdagrad {
+struct RowwiseAdagrad : RuleBase {
+  static constexpr const char* kName = "rowwise_adagrad";
   static int NumSlots(int) { return 1; }
+  static std::string Check(const OptimizerConfig& c) {
+    return Adagrad::Check(c);
+  }
   static void InitSlots(const OptimizerConfig& c, int, float* s) {
     s[0] = c.initial_accumulator_value;
   }

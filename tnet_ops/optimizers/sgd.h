@@ -6,7 +6,8 @@
 
 namespace tnet {
 
-struct Sgd {
+struct Sgd : RuleBase {
+  static constexpr const char* kName = "sgd";
   static int NumSlots(int dim) { return 0; }
   static void InitSlots(const OptimizerConfig&, int, float*) {}
   static void Apply(const OptimizerConfig&, float lr, int dim, const float* g,

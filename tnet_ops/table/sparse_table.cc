@@ -3,11 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "tnet_ops/optimizers/adagrad.h"
-#include "tnet_ops/optimizers/adam.h"
-#include "tnet_ops/optimizers/ftrl.h"
-#include "tnet_ops/optimizers/rowwise_adagrad.h"
-#include "tnet_ops/optimizers/sgd.h"
+#include "tnet_ops/optimizers/rules.h"
 
 namespace tnet {
 
@@ -24,17 +20,6 @@ int Log2(int x) {
 
 
 }  // namespace
-
-int NumSlotsFor(OptimizerKind kind, int dim) {
-  switch (kind) {
-    case OptimizerKind::kSgd: return Sgd::NumSlots(dim);
-    case OptimizerKind::kAdagrad: return Adagrad::NumSlots(dim);
-    case OptimizerKind::kRowwiseAdagrad: return RowwiseAdagrad::NumSlots(dim);
-    case OptimizerKind::kAdam: return Adam::NumSlots(dim);
-    case OptimizerKind::kFtrl: return Ftrl::NumSlots(dim);
-  }
-  return 0;
-}
 
 struct alignas(64) SparseTable::Stripe {
   explicit Stripe(size_t row_bytes) : arena(row_bytes) {}
@@ -53,7 +38,7 @@ struct alignas(64) SparseTable::Stripe {
 
 SparseTable::SparseTable(const TableConfig& config)
     : config_(config),
-      num_slots_(NumSlotsFor(config.optimizer.kind, config.dim)),
+      num_slots_(NumSlotsFor(config.optimizer.rule, config.dim)),
       row_bytes_(sizeof(int64_t) + sizeof(float) * (config.dim + num_slots_) +
                  sizeof(Meta)),
       meta_offset_(sizeof(int64_t) + sizeof(float) * (config.dim + num_slots_)),
@@ -106,18 +91,10 @@ void SparseTable::InitRow(char* row, int64_t key) const {
   SetMeta(row, {max_step_.load(std::memory_order_relaxed), 0.0f, 0.0f});
   InitializeRow(config_.initializer, key, config_.dim, WeightsOf(row));
   float* slots = SlotsOf(row);
-  switch (config_.optimizer.kind) {
-    case OptimizerKind::kSgd:
-      Sgd::InitSlots(config_.optimizer, config_.dim, slots); break;
-    case OptimizerKind::kAdagrad:
-      Adagrad::InitSlots(config_.optimizer, config_.dim, slots); break;
-    case OptimizerKind::kRowwiseAdagrad:
-      RowwiseAdagrad::InitSlots(config_.optimizer, config_.dim, slots); break;
-    case OptimizerKind::kAdam:
-      Adam::InitSlots(config_.optimizer, config_.dim, slots); break;
-    case OptimizerKind::kFtrl:
-      Ftrl::InitSlots(config_.optimizer, config_.dim, slots); break;
-  }
+  const OptimizerConfig& oc = config_.optimizer;
+  DispatchRule(oc.rule, [&](auto rule) {
+    decltype(rule)::InitSlots(oc, config_.dim, slots);
+  });
 }
 
 char* SparseTable::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
@@ -492,20 +469,10 @@ bool SparseTable::Push(const int64_t* keys, int64_t n, const float* grads,
   int64_t prev = max_step_.load(std::memory_order_relaxed);
   while (step > prev && !max_step_.compare_exchange_weak(prev, step)) {
   }
-  switch (config_.optimizer.kind) {
-    case OptimizerKind::kSgd:
-      return PushWithRule<Sgd>(keys, n, grads, lr, step, shows, clicks, run);
-    case OptimizerKind::kAdagrad:
-      return PushWithRule<Adagrad>(keys, n, grads, lr, step, shows, clicks, run);
-    case OptimizerKind::kRowwiseAdagrad:
-      return PushWithRule<RowwiseAdagrad>(keys, n, grads, lr, step, shows,
-                                          clicks, run);
-    case OptimizerKind::kAdam:
-      return PushWithRule<Adam>(keys, n, grads, lr, step, shows, clicks, run);
-    case OptimizerKind::kFtrl:
-      return PushWithRule<Ftrl>(keys, n, grads, lr, step, shows, clicks, run);
-  }
-  return false;
+  return DispatchRule(config_.optimizer.rule, [&](auto rule) {
+    return PushWithRule<decltype(rule)>(keys, n, grads, lr, step, shows,
+                                        clicks, run);
+  });
 }
 
 bool SparseTable::ValidCursor(int64_t cursor) const {

@@ -245,9 +245,6 @@ class SparseTable {
   std::atomic<int64_t> cap_evicted_{0};
 };
 
-// Number of optimizer slots per row for a rule and dim.
-int NumSlotsFor(OptimizerKind kind, int dim);
-
 }  // namespace tnet
 
 #endif  // TNET_OPS_TABLE_SPARSE_TABLE_H_

@@ -79,7 +79,7 @@ struct Driver {
     tnet::TableConfig c;
     c.dim = kDim;
     c.num_stripes = stripes;
-    c.optimizer.kind = tnet::OptimizerKind::kSgd;
+    tnet::FindRule("sgd", &c.optimizer.rule);
     c.initializer.kind = tnet::InitKind::kZeros;
     return c;
   }
