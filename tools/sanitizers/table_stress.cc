@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "tnet_ops/optimizers/rules.h"
 #include "tnet_ops/table/sparse_table.h"
 
 namespace {
