@@ -22,6 +22,7 @@ import tnet as tn
 from tnet.layers import lookup
 from tnet.models import DCN, DeepFM, WideDeep
 from tnet.saving import export as export_lib
+from tnet.saving import op_check
 from tnet.saving import export_for_serving
 
 CATEGORICAL = ["C1", "C2", "C3"]
@@ -216,7 +217,7 @@ def test_saved_model_cli_run(exports, tmp_path):
 def test_exports_hold_no_tnet_op_and_no_cluster_device(exports):
     for path in exports["dirs"].values():
         assert export_lib.tnet_ops_in(path) == {}
-        _, nodes = export_lib._saved_graph_nodes(path)
+        _, nodes = op_check._saved_graph_nodes(path)
         assert not [n.device for _, n in nodes if "/job:" in n.device]
         assert sorted(os.listdir(path)) == ["assets", "export_info.json",
                                             "fingerprint.pb",
@@ -315,13 +316,13 @@ def test_strip_cluster_devices(exports, tmp_path):
     import shutil
     path = str(tmp_path / "copy")
     shutil.copytree(exports["dirs"]["widedeep/float32"], path)
-    proto, nodes = export_lib._saved_graph_nodes(path)
+    proto, nodes = op_check._saved_graph_nodes(path)
     for _, node in nodes:
         node.device = "/job:ps/replica:0/task:1/device:CPU:0"
     with open(os.path.join(path, "saved_model.pb"), "wb") as f:
         f.write(proto.SerializeToString())
-    export_lib._strip_cluster_devices(path)
-    _, nodes = export_lib._saved_graph_nodes(path)
+    op_check.strip_cluster_devices(path)
+    _, nodes = op_check._saved_graph_nodes(path)
     assert {n.device for _, n in nodes} == {"/device:CPU:0"}
 
 

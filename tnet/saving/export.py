@@ -56,7 +56,7 @@ live on ps tasks. `tf.saved_model.save` already writes copies of them
 (without device placement, the default `VariablePolicy.NONE`), reading their
 values from the ps at save time, so the loaded model owns local variables.
 What could still pin the graph to the cluster is a device string on an op;
-`_strip_cluster_devices` removes the job/replica/task part of every device in
+`op_check.strip_cluster_devices` removes the job/replica/task part of every device in
 the saved graph (keeping e.g. "/device:CPU:0"), so the export loads in a
 process that has no cluster. Call `export_for_serving` outside
 `strategy.scope()`: inside it the export's own variables would be created on
@@ -68,8 +68,6 @@ import errno
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from typing import Any, Dict, Mapping, Optional
 
@@ -77,6 +75,13 @@ import numpy as np
 import tensorflow as tf
 
 from tnet.layers import lookup
+from tnet.saving.op_check import (ops_of, raise_if_tnet_ops,  # noqa: F401
+                                  stock_op_types, strip_cluster_devices,
+                                  tnet_ops_in)
+from tnet.saving.serving_table import (ServingTable, export_weights,  # noqa: F401
+                                       int8_pays, quantize_int8, unique_keys)
+from tnet.saving.signature import Signature
+from tnet.saving.signature import input_signature as input_signature_of
 from tnet.table import SparseTable
 
 __all__ = ["export_for_serving", "ExportWriteError", "tnet_ops_in",
@@ -86,92 +91,6 @@ QUANTIZE_MODES = (None, "float16", "int8")
 SIGNATURE_KEY = "serving_default"
 OUTPUT_KEY = "prediction"
 INFO_FILE = "export_info.json"
-_INT8_MAX = 127.0
-
-
-class ServingTable(tf.Module):
-    """The stock-TF stand-in for one `SparseTable` in a SavedModel.
-
-    `lookup(keys [U] int64) -> rows [U, dim] float32`; keys the table does
-    not hold read the all-zero row N.
-    """
-
-    def __init__(self, name: str, keys: np.ndarray, padded: np.ndarray,
-                 quantize: Optional[str]):
-        """padded: [N + 1, dim] weights whose last row is zeros."""
-        super().__init__(name=_module_name(name))
-        rows, dim = padded.shape[0] - 1, padded.shape[1]
-        self.table_name = name
-        self.rows = rows
-        self.dim = dim
-        # int32 row numbers: 12 bytes a key instead of 16 (2**31 rows a table).
-        self.index = tf.lookup.experimental.MutableHashTable(
-            key_dtype=tf.int64, value_dtype=tf.int32, default_value=rows,
-            name=f"{self.name}_index")
-        if rows:
-            self.index.insert(tf.constant(keys, tf.int64),
-                              tf.range(rows, dtype=tf.int32))
-        # Row N (the last of `padded`): the zero row unknown keys map to.
-        self.scale = None
-        if quantize == "int8" and not int8_pays(dim):
-            quantize = "float16"
-        self.quantize = quantize
-        if quantize is None:
-            values = padded
-        elif quantize == "float16":
-            values = padded.astype(np.float16)
-        else:
-            values, scale = quantize_int8(padded)
-            self.scale = tf.Variable(scale, trainable=False,
-                                     name=f"{self.name}_scale")
-        self.matrix = tf.Variable(values, trainable=False,
-                                  name=f"{self.name}_matrix")
-
-    def lookup(self, keys: tf.Tensor) -> tf.Tensor:
-        index = self.index.lookup(keys)
-        # A hash table lookup has no static shape; layers downstream (e.g.
-        # tfrs' Cross) need the row width, so restore [U] (and so [U, dim]).
-        index.set_shape(keys.shape)
-        rows = tf.gather(self.matrix, index)
-        if self.quantize is None:
-            return rows
-        rows = tf.cast(rows, tf.float32)
-        if self.quantize == "int8":
-            rows = rows * tf.gather(self.scale, index)[:, tf.newaxis]
-        return rows
-
-    def payload_bytes(self) -> Dict[str, int]:
-        """Bytes of the matrix (and scales) and of the key index payload."""
-        matrix = (self.rows + 1) * self.dim * self.matrix.dtype.size
-        scale = 0 if self.scale is None else (self.rows + 1) * 4
-        return {"matrix_bytes": matrix, "scale_bytes": scale,
-                "index_bytes": self.rows * 12}
-
-
-def int8_pays(dim: int) -> bool:
-    """int8 costs dim + 4 bytes a row (the float32 scale), float16 2 * dim:
-    below dim 5 (e.g. the 1-wide rows of a wide/linear table) int8 is no
-    smaller than float16 and less exact, so such tables use float16."""
-    return dim + 4 < 2 * dim
-
-
-def quantize_int8(weights: np.ndarray):
-    """Per-row symmetric int8: q = round(w / s), s = max|w| / 127.
-
-    The error per weight is at most s / 2. All-zero rows get s = 0 (and
-    q = 0), so they dequantize to exact zeros.
-    """
-    q = np.empty(weights.shape, np.int8)
-    scale = np.empty(weights.shape[0], np.float32)
-    block = 1 << 20  # bounded temporaries for big tables
-    for start in range(0, weights.shape[0], block):
-        w = weights[start:start + block]
-        s = np.abs(w).max(axis=1) / _INT8_MAX
-        safe = np.where(s > 0, s, 1.0)[:, np.newaxis]
-        q[start:start + block] = np.clip(np.rint(w / safe), -_INT8_MAX,
-                                         _INT8_MAX)
-        scale[start:start + block] = s
-    return q, scale
 
 
 def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
@@ -221,7 +140,7 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
         retrieval = retrieval_lib.RetrievalExport(model, candidates, k)
         if input_signature is None:
             input_signature = retrieval.input_signature()
-    signature = _input_signature(model, input_signature)
+    signature = input_signature_of(model, input_signature)
     export_dir = os.path.abspath(os.fspath(export_dir))
     if os.path.exists(export_dir) and (not os.path.isdir(export_dir)
                                        or os.listdir(export_dir)):
@@ -377,8 +296,8 @@ def _write(model, path: str, quantize: Optional[str],
     with tf.device(None):
         serving = {}
         for name in sorted(tables):
-            keys, padded = _export_weights(tables[name])
-            serving[name] = ServingTable(name, _unique_keys(name, keys),
+            keys, padded = export_weights(tables[name])
+            serving[name] = ServingTable(name, unique_keys(name, keys),
                                          padded, quantize)
             del keys, padded
         module.tables = serving
@@ -407,7 +326,7 @@ def _write(model, path: str, quantize: Optional[str],
                     "or calling the model once, to infer it)") from e
     # Checked before saving too: the saver would otherwise fail first, with
     # an obscure "untracked resource" error about the table's handle.
-    _raise_if_tnet_ops(_ops_of(concrete.graph.as_graph_def()), "traced")
+    raise_if_tnet_ops(ops_of(concrete.graph.as_graph_def()), "traced")
     own = {id(v) for t in serving.values() for v in t.variables}
     if retrieval is not None:
         own |= {id(v) for v in module.retrieval.variables}
@@ -416,8 +335,8 @@ def _write(model, path: str, quantize: Optional[str],
     module.dense_variables = dense
     tf.saved_model.save(module, path,
                         signatures={SIGNATURE_KEY: concrete})
-    _strip_cluster_devices(path)
-    _raise_if_tnet_ops(tnet_ops_in(path), "saved")
+    strip_cluster_devices(path)
+    raise_if_tnet_ops(tnet_ops_in(path), "saved")
     entries = {}
     for name, table in serving.items():
         entries[name] = {"rows": table.rows, "dim": table.dim,
@@ -453,291 +372,6 @@ def _model_tables(model) -> Dict[str, SparseTable]:
             "(call or fit it once) before exporting, or save a model without "
             "tnet layers with tf.saved_model.save")
     return tables
-
-
-def _export_weights(table: SparseTable, chunk_rows: int = 1 << 18):
-    """(keys [N], weights [N + 1, dim] with a zero last row) of a table.
-
-    Streams the shards through the export cursor into preallocated arrays
-    and keeps only keys and weights (slots and meta are not served), so the
-    export never holds more than the weights plus one chunk.
-    """
-    expected = int(table.size())
-    keys = np.empty(expected, np.int64)
-    weights = np.empty((expected + 1, table.dim), np.float32)
-    n = 0
-    for shard in range(table.num_shards):
-        cursor = 0
-        while cursor != -1:
-            k, w, _, _, cursor = table.export_shard(shard, cursor, chunk_rows)
-            cursor = int(cursor)
-            m = int(k.shape[0])
-            if n + m > expected:  # rows were added meanwhile: grow
-                expected = max(2 * expected, n + m)
-                keys = np.resize(keys, expected)
-                grown = np.empty((expected + 1, table.dim), np.float32)
-                grown[:n] = weights[:n]
-                weights = grown
-            keys[n:n + m] = k.numpy()
-            weights[n:n + m] = w.numpy()
-            n += m
-    weights[n] = 0.0
-    return keys[:n], weights[:n + 1]
-
-
-def _unique_keys(name: str, keys: np.ndarray) -> np.ndarray:
-    if np.unique(keys).size != keys.size:
-        raise RuntimeError(f"table {name!r} exported duplicate keys; its "
-                           "shards disagree on key ownership")
-    return keys
-
-
-def _input_signature(model, signature) -> "Signature":
-    """The serving inputs: the caller's, else what Keras' `model.save` would
-    infer (the inputs of the model's first call or fit), else, for a
-    `tn.models.CTRModel`, one `[None]` tensor per feature it names."""
-    if signature is None:
-        return _inferred_signature(model)
-    if not isinstance(signature, Mapping) or not signature:
-        raise TypeError("input_signature must be a non-empty dict of feature "
-                        f"name -> tf.TensorSpec, got {signature!r}")
-    specs = {}
-    for name, spec in signature.items():
-        if not isinstance(spec, tf.TensorSpec):
-            raise TypeError(
-                f"input_signature[{name!r}] must be a tf.TensorSpec, got "
-                f"{spec!r}; sparse and ragged ids are served as a dense "
-                f"[None, None] tensor padded with -1 (or \"\" for strings)")
-        specs[name] = spec
-    return Signature(specs, {}, None)
-
-
-class Signature:
-    """What serving_default takes and how it becomes the model's input.
-
-    specs: {name: TensorSpec} of the signature. A feature the model read
-    as a `tf.SparseTensor` or `tf.RaggedTensor` is served as a dense
-    `[None, None]` tensor padded with -1 / "" (what a TF Serving client can
-    send: a signature input is a plain tensor) and rebuilt in the graph
-    with stock ops (`converters`). structure: None (the model takes the
-    dict) or the list of names a functional model takes positionally.
-    """
-
-    def __init__(self, specs, converters, structure):
-        # The spec's name becomes the signature's input name.
-        self.specs = {n: tf.TensorSpec(s.shape, s.dtype, name=n)
-                      for n, s in specs.items()}
-        self.converters = converters
-        self.structure = structure
-
-    def model_inputs(self, features):
-        features = {n: self.converters.get(n, _identity)(t)
-                    for n, t in features.items()}
-        if self.structure is None:
-            return features
-        inputs = [features[n] for n in self.structure]
-        return inputs[0] if len(inputs) == 1 else inputs
-
-
-def _identity(t):
-    return t
-
-
-def _inferred_signature(model) -> Signature:
-    spec = None
-    get_spec = getattr(model, "_get_save_spec", None)
-    if get_spec is not None:
-        spec = get_spec(dynamic_batch=True, inputs_only=True)
-    if spec is None:
-        return _ctr_model_signature(model)
-    structure = None
-    if not isinstance(spec, Mapping):
-        names = list(getattr(model, "input_names", None) or [])
-        flat = tf.nest.flatten(spec, expand_composites=False)
-        if len(names) != len(flat):
-            raise ValueError(
-                f"export_for_serving cannot name the inputs of "
-                f"{type(model).__name__} (it takes {len(flat)} unnamed "
-                "tensors); pass input_signature={name: tf.TensorSpec(...)} "
-                "or give the model a dict of named inputs")
-        structure, spec = names, dict(zip(names, flat))
-    specs, converters = {}, {}
-    for name, s in spec.items():
-        if isinstance(s, (tf.SparseTensorSpec, tf.RaggedTensorSpec)):
-            if s.shape.rank != 2:
-                raise ValueError(
-                    f"export_for_serving: feature {name!r} is a {s}; only "
-                    "[batch, ids] sparse / ragged features can be served. "
-                    "Pass input_signature to choose the serving input.")
-            specs[name] = tf.TensorSpec([None, None], s.dtype)
-            converters[name] = _PaddedTo(
-                "sparse" if isinstance(s, tf.SparseTensorSpec) else "ragged")
-        elif isinstance(s, tf.TensorSpec):
-            specs[name] = s
-        else:
-            raise ValueError(
-                f"export_for_serving: cannot serve feature {name!r} of type "
-                f"{type(s).__name__}; pass input_signature")
-    return Signature(specs, converters, structure)
-
-
-class _PaddedTo:
-    """Padded dense ids [B, L] (-1 / "") -> the SparseTensor or
-    RaggedTensor the model was trained on, with stock ops only."""
-
-    def __init__(self, kind: str):
-        self.kind = kind
-
-    def __call__(self, ids):
-        pad = "" if ids.dtype == tf.string else tf.constant(-1, ids.dtype)
-        ragged = tf.ragged.boolean_mask(ids, tf.not_equal(ids, pad))
-        # Sparse: values left-aligned per row, as tf.Example VarLen parsing
-        # gives them.
-        return ragged if self.kind == "ragged" else ragged.to_sparse()
-
-
-def _ctr_model_signature(model) -> Signature:
-    categorical = getattr(model, "categorical", None)
-    columns = getattr(model, "category_columns", None)
-    dense = getattr(model, "dense_names", None)
-    if categorical is None or columns is None or dense is None:
-        raise ValueError(
-            f"export_for_serving cannot infer the input features of "
-            f"{type(model).__name__}: it has not been called or fit yet. Fit "
-            "or call it once on a batch (as Keras' model.save needs), or "
-            "pass input_signature={name: tf.TensorSpec([None], dtype), ...} "
-            "with one entry per feature the model reads")
-    specs = {c.key: tf.TensorSpec([None], c.dtype) for c in columns}
-    specs.update({n: tf.TensorSpec([None], tf.float32) for n in dense})
-    return Signature(specs, {}, None)
-
-
-def _nodes_of(graph_def):
-    """(where, NodeDef) for a GraphDef's nodes and its function bodies."""
-    nodes = [("graph", n) for n in graph_def.node]
-    for fn in graph_def.library.function:
-        nodes += [(fn.signature.name, n) for n in fn.node_def]
-    return nodes
-
-
-def _saved_graph_nodes(path: str):
-    """The SavedModel proto of `path` and (where, NodeDef) for all its nodes."""
-    from tensorflow.core.protobuf import saved_model_pb2
-    proto = saved_model_pb2.SavedModel()
-    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
-        proto.ParseFromString(f.read())
-    nodes = []
-    for meta in proto.meta_graphs:
-        nodes += _nodes_of(meta.graph_def)
-    return proto, nodes
-
-
-def _ops_of(graph_def) -> Dict[str, list]:
-    functions = {f.signature.name for f in graph_def.library.function}
-    return _foreign_ops(_nodes_of(graph_def), functions)
-
-
-_STOCK_OPS_SCRIPT = r"""
-import json
-from tensorflow.core.framework import op_def_pb2
-from tensorflow.python.client import pywrap_tf_session as c_api
-ops = op_def_pb2.OpList()
-ops.ParseFromString(c_api.TF_GetBuffer(c_api.TF_GetAllOpList()))
-print(json.dumps(sorted(o.name for o in ops.op)))
-"""
-_STOCK_OPS: Optional[frozenset] = None
-
-
-def stock_op_types() -> frozenset:
-    """Op types registered in a Python process that imports TensorFlow and
-    never imports tnet (computed once per process, in a subprocess).
-
-    This, not a name pattern, decides what a serving graph may hold: a
-    SavedModel op outside this set would not load in TF Serving or in a
-    plain `tf.saved_model.load` (a name-prefix check once let `TnetSumRows`
-    through).
-    """
-    global _STOCK_OPS
-    if _STOCK_OPS is None:
-        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-        env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-        done = subprocess.run([sys.executable, "-c", _STOCK_OPS_SCRIPT],
-                              capture_output=True, text=True, env=env,
-                              cwd=tempfile.gettempdir(), timeout=600)
-        if done.returncode != 0:
-            raise RuntimeError(
-                "export_for_serving: could not list TensorFlow's stock ops "
-                f"in a fresh process (exit {done.returncode}): "
-                f"{done.stderr[-2000:]}")
-        _STOCK_OPS = frozenset(json.loads(done.stdout.strip().splitlines()[-1]))
-    return _STOCK_OPS
-
-
-def _foreign_ops(nodes, functions) -> Dict[str, list]:
-    """{op type: [where]} of ops that are neither stock nor functions."""
-    stock = stock_op_types()
-    found: Dict[str, list] = {}
-    for where, node in nodes:
-        if node.op not in stock and node.op not in functions:
-            found.setdefault(node.op, []).append(where)
-    return found
-
-
-def tnet_ops_in(path: str) -> Dict[str, list]:
-    """{op type: [graph or function names]} of the ops in a SavedModel that
-    a process without tnet has not registered (tnet's custom ops or any
-    other); every function body of saved_model.pb is scanned."""
-    proto, nodes = _saved_graph_nodes(path)
-    functions = {f.signature.name for m in proto.meta_graphs
-                 for f in m.graph_def.library.function}
-    return _foreign_ops(nodes, functions)
-
-
-def _raise_if_tnet_ops(found: Dict[str, list], what: str) -> None:
-    if found:
-        raise RuntimeError(
-            f"export_for_serving: the {what} serving graph contains ops "
-            f"{sorted(found)} that stock TensorFlow (a process without tnet) "
-            "does not register, so it could not load in TF Serving. A lookup "
-            "bypassed tnet.layers.lookup.fused_lookup (which honours the "
-            "serving override), one of its tables is not in model.tables(), "
-            "or the model calls a custom op of its own. Nothing was written "
-            "to the export directory.")
-
-
-def _strip_cluster_devices(path: str) -> None:
-    """Drops job/replica/task from every device string in saved_model.pb.
-
-    A device such as "/job:ps/task:0/device:CPU:0" (an op traced next to a
-    variable on a ps task) names a cluster that a serving process does not
-    have; "/device:CPU:0" is valid anywhere.
-    """
-    proto, nodes = _saved_graph_nodes(path)
-    changed = False
-    for _, node in nodes:
-        if node.device:
-            local = _local_device(node.device)
-            if local != node.device:
-                node.device = local
-                changed = True
-    for obj in (o for m in proto.meta_graphs
-                for o in m.object_graph_def.nodes):
-        if obj.HasField("variable") and obj.variable.device:
-            obj.variable.device = _local_device(obj.variable.device)
-            changed = True
-    if changed:
-        with open(os.path.join(path, "saved_model.pb"), "wb") as f:
-            f.write(proto.SerializeToString())
-
-
-def _local_device(device: str) -> str:
-    spec = tf.DeviceSpec.from_string(device)
-    return spec.replace(job=None, replica=None, task=None).to_string()
-
-
-def _module_name(name: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    return cleaned if cleaned[:1].isalpha() else f"t_{cleaned}"
 
 
 def _dir_bytes(path: str) -> int:
