@@ -85,7 +85,7 @@ stress: build
 	STRESS_SECONDS=$(STRESS_SECONDS) $(PY) -m pytest -q tests/test_stress.py
 	mkdir -p build/stress
 	$${CXX:-g++} -std=c++17 -O2 -I. tools/sanitizers/table_stress.cc \
-	    tnet_ops/table/sparse_table.cc -pthread -o build/stress/table_stress
+	    tnet_ops/table/table_shard.cc tnet_ops/table/table_shard_rows.cc -pthread -o build/stress/table_stress
 	build/stress/table_stress $(STRESS_SECONDS) 4 4
 
 sanitize-asan: build

@@ -27,7 +27,7 @@ class SparseTableExportOp : public tf::OpKernel {
     OP_REQUIRES(ctx, max_rows >= 0,
                 tf::errors::InvalidArgument("max_rows must be >= 0, got ",
                                             max_rows));
-    SparseTable* table = res->table();
+    TableShard* table = res->table();
     OP_REQUIRES(ctx, table->ValidCursor(cursor),
                 tf::errors::InvalidArgument(
                     "cursor ", cursor, " is not one this table returned; "
@@ -81,7 +81,7 @@ class SparseTableImportOp : public tf::OpKernel {
   void Compute(tf::OpKernelContext* ctx) override {
     tf::core::RefCountPtr<TableResource> res;
     OP_REQUIRES_OK(ctx, LookupTable(ctx, 0, dim_, &res));
-    SparseTable* table = res->table();
+    TableShard* table = res->table();
     const tf::Tensor& keys = ctx->input(1);
     const tf::Tensor& weights = ctx->input(2);
     const tf::Tensor& slots = ctx->input(3);
@@ -123,8 +123,9 @@ class SparseTableImportOp : public tf::OpKernel {
                       "meta row ", i, " must be (show >= 0, click >= 0, "
                       "integral last_step >= 0), got (", show, ", ", click,
                       ", ", step, ")"));
-      rows[i] = {static_cast<float>(show), static_cast<float>(click),
-                 static_cast<int64_t>(step)};
+      rows[i].last_step = static_cast<int64_t>(step);
+      rows[i].show = static_cast<float>(show);
+      rows[i].click = static_cast<float>(click);
     }
     const bool ok = table->Import(keys.flat<int64_t>().data(), n,
                                   weights.flat<float>().data(),

@@ -10,7 +10,7 @@ namespace tnet {
 namespace tf = ::tensorflow;
 
 std::string TableResource::DebugString() const {
-  return tf::strings::StrCat("tnet SparseTable(dim=", table_.dim(),
+  return tf::strings::StrCat("tnet SparseTable shard(dim=", table_.dim(),
                              ", rows=", table_.Size(), ")");
 }
 
@@ -20,12 +20,12 @@ tf::Status LookupTable(tf::OpKernelContext* ctx, int index,
   const tf::Tensor& h = ctx->input(index);
   if (h.dtype() != tf::DT_RESOURCE || h.NumElements() != 1) {
     return tf::errors::InvalidArgument(
-        "table must be a scalar resource handle of a tnet SparseTable");
+        "table must be a scalar resource handle of a tnet SparseTable shard");
   }
   tf::Status s = tf::LookupResource(ctx, HandleFromInput(ctx, index), out);
   if (!s.ok()) {
     return tf::errors::InvalidArgument(
-        "table handle does not refer to a live tnet SparseTable (was it "
+        "table handle does not refer to a live tnet SparseTable shard (was it "
         "destroyed, or created on another device?): ",
         s.message());
   }

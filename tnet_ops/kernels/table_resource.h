@@ -1,4 +1,4 @@
-// The TF resource that owns one SparseTable shard, and helpers shared by the
+// The TF resource that owns one TableShard, and helpers shared by the
 // kernels (handle lookup, dim checks, thread-pool runner, finiteness checks).
 #ifndef TNET_OPS_KERNELS_TABLE_RESOURCE_H_
 #define TNET_OPS_KERNELS_TABLE_RESOURCE_H_
@@ -8,7 +8,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/tensor.h"
-#include "tnet_ops/table/sparse_table.h"
+#include "tnet_ops/table/table_shard.h"
 
 namespace tnet {
 
@@ -17,10 +17,10 @@ class TableResource : public ::tensorflow::ResourceBase {
   explicit TableResource(const TableConfig& config) : table_(config) {}
   std::string DebugString() const override;
   int64_t MemoryUsed() const override { return table_.MemoryBytes(); }
-  SparseTable* table() { return &table_; }
+  TableShard* table() { return &table_; }
 
  private:
-  SparseTable table_;
+  TableShard table_;
 };
 
 // Looks up the table behind input `index` and checks that its dim equals the

@@ -162,7 +162,7 @@ REGISTER_OP("SparseTableStats")
     })
     .Doc(R"doc(
 Lifecycle counters of one shard: [rows, admitted, rejected, evicted, bytes,
-pending, pending_dropped, cap_evicted] (see SparseTable::Stats).
+pending, pending_dropped, cap_evicted] (see TableShard::Stats).
 )doc");
 
 REGISTER_OP("SparseTableExport")

@@ -1,4 +1,4 @@
-// Concurrency stress of SparseTable without TensorFlow, for ThreadSanitizer
+// Concurrency stress of TableShard without TensorFlow, for ThreadSanitizer
 // and AddressSanitizer (`make sanitize`) and as a plain stress (`make stress`).
 //
 // It lives here, not under tnet_ops/, because setup.py compiles every
@@ -30,11 +30,11 @@
 #include <vector>
 
 #include "tnet_ops/optimizers/rules.h"
-#include "tnet_ops/table/sparse_table.h"
+#include "tnet_ops/table/table_shard.h"
 
 namespace {
 
-using tnet::SparseTable;
+using tnet::TableShard;
 
 constexpr int kDim = 4;
 constexpr float kLr = 0.5f;
@@ -67,7 +67,7 @@ void CheckRows(const int64_t* keys, const float* w, int64_t n, const char* where
 }
 
 struct Driver {
-  SparseTable table;
+  TableShard table;
   std::atomic<bool> stop{false};
   std::atomic<bool> phase2{false};
   std::mutex sums_mu;

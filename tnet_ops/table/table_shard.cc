@@ -1,16 +1,14 @@
-#include "tnet_ops/table/sparse_table.h"
+#include "tnet_ops/table/table_shard.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "tnet_ops/optimizers/rules.h"
+#include "tnet_ops/table/stripe.h"
 
 namespace tnet {
 
 namespace {
-
-constexpr int kCursorRowBits = 40;
-constexpr int64_t kCursorRowMask = (int64_t{1} << kCursorRowBits) - 1;
 
 int Log2(int x) {
   int r = 0;
@@ -21,26 +19,12 @@ int Log2(int x) {
 
 }  // namespace
 
-struct alignas(64) SparseTable::Stripe {
-  explicit Stripe(size_t row_bytes) : arena(row_bytes) {}
-  std::mutex mu;
-  HashIndex index;
-  RowArena arena;
-  // Admission: key -> show count so far (and when it last changed), for
-  // keys without a row.
-  PendingMap pending;
-  uint32_t tick = 0;  // bumped on every pending update
-  size_t pending_cap = 0;
-  uint64_t row_cap = 0;  // 0 = unbounded
 
-  uint64_t PendingBytes() const { return pending.MemoryBytes(); }
-};
-
-SparseTable::SparseTable(const TableConfig& config)
+TableShard::TableShard(const TableConfig& config)
     : config_(config),
       num_slots_(NumSlotsFor(config.optimizer.rule, config.dim)),
       row_bytes_(sizeof(int64_t) + sizeof(float) * (config.dim + num_slots_) +
-                 sizeof(Meta)),
+                 sizeof(RowMeta)),
       meta_offset_(sizeof(int64_t) + sizeof(float) * (config.dim + num_slots_)),
       stripe_shift_(64 - Log2(config.num_stripes)) {
   stripes_.reserve(config.num_stripes);
@@ -58,10 +42,10 @@ SparseTable::SparseTable(const TableConfig& config)
   }
 }
 
-SparseTable::~SparseTable() = default;
+TableShard::~TableShard() = default;
 
-int64_t SparseTable::MemoryBytes() const {
-  int64_t total = sizeof(SparseTable);
+int64_t TableShard::MemoryBytes() const {
+  int64_t total = sizeof(TableShard);
   for (const auto& s : stripes_) {
     std::lock_guard<std::mutex> lock(s->mu);
     total += sizeof(Stripe) + s->index.MemoryBytes() + s->arena.MemoryBytes() +
@@ -70,7 +54,7 @@ int64_t SparseTable::MemoryBytes() const {
   return total;
 }
 
-TableStats SparseTable::Stats() const {
+TableStats TableShard::Stats() const {
   TableStats t;
   t.bytes = MemoryBytes();
   for (const auto& s : stripes_) {
@@ -86,7 +70,7 @@ TableStats SparseTable::Stats() const {
   return t;
 }
 
-void SparseTable::InitRow(char* row, int64_t key) const {
+void TableShard::InitRow(char* row, int64_t key) const {
   SetKey(row, key);
   SetMeta(row, {max_step_.load(std::memory_order_relaxed), 0.0f, 0.0f});
   InitializeRow(config_.initializer, key, config_.dim, WeightsOf(row));
@@ -97,7 +81,7 @@ void SparseTable::InitRow(char* row, int64_t key) const {
   });
 }
 
-char* SparseTable::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
+char* TableShard::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
                                 bool* inserted) {
   const RowArena& arena = s->arena;
   uint32_t id = s->index.Find(
@@ -115,7 +99,7 @@ char* SparseTable::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
   return row;
 }
 
-char* SparseTable::FindOrAdmit(Stripe* s, int64_t key, uint64_t h, float show,
+char* TableShard::FindOrAdmit(Stripe* s, int64_t key, uint64_t h, float show,
                                float click, int64_t step, bool* ok,
                                bool* fresh) {
   const RowArena& arena = s->arena;
@@ -146,7 +130,7 @@ char* SparseTable::FindOrAdmit(Stripe* s, int64_t key, uint64_t h, float show,
   return row;
 }
 
-void SparseTable::DropPending(Stripe* s) {
+void TableShard::DropPending(Stripe* s) {
   // Drops half the map: the lowest counts, and among equal counts the
   // least recently counted (ticks are distinct, so exactly half goes).
   struct Entry {
@@ -177,7 +161,7 @@ void SparseTable::DropPending(Stripe* s) {
                              std::memory_order_relaxed);
 }
 
-int64_t SparseTable::EnforceCap(Stripe* s) {
+int64_t TableShard::EnforceCap(Stripe* s) {
   if (s->row_cap == 0 || s->index.size() <= s->row_cap) return 0;
   // Free down to 90% of the cap, so the scan below runs once per ~cap/10
   // inserts instead of once per insert.
@@ -193,7 +177,7 @@ int64_t SparseTable::EnforceCap(Stripe* s) {
   const uint32_t last = s->arena.end();
   for (uint32_t r = 0; r < last; ++r) {
     if (!s->arena.IsLive(r)) continue;
-    const Meta m = MetaOf(s->arena.Row(r));
+    const RowMeta m = MetaOf(s->arena.Row(r));
     rows.push_back({m.show, m.last_step, r});
   }
   auto colder = [](const Victim& a, const Victim& b) {
@@ -215,7 +199,7 @@ int64_t SparseTable::EnforceCap(Stripe* s) {
   return freed;
 }
 
-void SparseTable::GroupByStripe(const int64_t* keys, int64_t n,
+void TableShard::GroupByStripe(const int64_t* keys, int64_t n,
                                 const ParallelRunner& run,
                                 std::vector<Item>* items,
                                 std::vector<int64_t>* offsets) const {
@@ -280,7 +264,7 @@ static_assert(kRing > kPrefetchDistance && (kRing & (kRing - 1)) == 0, "");
 
 }  // namespace
 
-bool SparseTable::Pull(const int64_t* keys, int64_t n, bool training,
+bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
                        float* out, const ParallelRunner& run) {
   std::vector<Item> items;
   std::vector<int64_t> off;
@@ -344,7 +328,7 @@ bool SparseTable::Pull(const int64_t* keys, int64_t n, bool training,
 }
 
 template <typename Rule>
-bool SparseTable::PushWithRule(const int64_t* keys, int64_t n,
+bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
                                const float* grads, float lr, int64_t step,
                                const float* shows, const float* clicks,
                                const ParallelRunner& run) {
@@ -450,7 +434,7 @@ bool SparseTable::PushWithRule(const int64_t* keys, int64_t n,
             const float* grad =
                 g.sum < 0 ? grads + x.i * dim : sums.data() + g.sum;
             Rule::Apply(oc, lr, dim, grad, WeightsOf(row), SlotsOf(row));
-            Meta meta = MetaOf(row);
+            RowMeta meta = MetaOf(row);
             meta.show += g.show;
             meta.click += g.click;
             meta.last_step = step;
@@ -463,7 +447,7 @@ bool SparseTable::PushWithRule(const int64_t* keys, int64_t n,
   return all_ok;
 }
 
-bool SparseTable::Push(const int64_t* keys, int64_t n, const float* grads,
+bool TableShard::Push(const int64_t* keys, int64_t n, const float* grads,
                        float lr, int64_t step, const float* shows,
                        const float* clicks, const ParallelRunner& run) {
   int64_t prev = max_step_.load(std::memory_order_relaxed);
@@ -473,120 +457,6 @@ bool SparseTable::Push(const int64_t* keys, int64_t n, const float* grads,
     return PushWithRule<decltype(rule)>(keys, n, grads, lr, step, shows,
                                         clicks, run);
   });
-}
-
-bool SparseTable::ValidCursor(int64_t cursor) const {
-  if (cursor == -1) return true;
-  if (cursor < 0) return false;
-  return (cursor >> kCursorRowBits) < config_.num_stripes;
-}
-
-int64_t SparseTable::Export(int64_t cursor, int64_t max_rows,
-                            std::vector<int64_t>* keys,
-                            std::vector<float>* weights,
-                            std::vector<float>* slots,
-                            std::vector<RowMeta>* meta) const {
-  if (cursor < 0) return -1;
-  int64_t si = cursor >> kCursorRowBits;
-  uint64_t r = static_cast<uint64_t>(cursor & kCursorRowMask);
-  const int dim = config_.dim;
-  int64_t budget = max_rows;
-  while (si < config_.num_stripes && budget > 0) {
-    Stripe* s = stripes_[si].get();
-    std::lock_guard<std::mutex> lock(s->mu);
-    const uint64_t end = s->arena.end();
-    for (; r < end && budget > 0; ++r) {
-      if (!s->arena.IsLive(static_cast<uint32_t>(r))) continue;
-      char* row = s->arena.Row(static_cast<uint32_t>(r));
-      const Meta m = MetaOf(row);
-      keys->push_back(KeyOf(row));
-      const float* w = WeightsOf(row);
-      weights->insert(weights->end(), w, w + dim);
-      const float* sl = SlotsOf(row);
-      slots->insert(slots->end(), sl, sl + num_slots_);
-      meta->push_back({m.show, m.click, m.last_step});
-      --budget;
-    }
-    if (r >= end) {
-      ++si;
-      r = 0;
-    }
-  }
-  if (si >= config_.num_stripes) return -1;
-  return (si << kCursorRowBits) | static_cast<int64_t>(r);
-}
-
-bool SparseTable::Import(const int64_t* keys, int64_t n, const float* weights,
-                         const float* slots, const RowMeta* meta,
-                         const ParallelRunner& run) {
-  std::vector<Item> items;
-  std::vector<int64_t> off;
-  GroupByStripe(keys, n, run, &items, &off);
-  const int dim = config_.dim;
-  std::atomic<bool> all_ok{true};
-  run(config_.num_stripes, (n / config_.num_stripes + 1) * (2 * dim + 60),
-      [&](int64_t begin, int64_t end) {
-        bool ok = true;
-        for (int64_t si = begin; si < end; ++si) {
-          if (off[si] == off[si + 1]) continue;
-          Stripe* s = stripes_[si].get();
-          std::lock_guard<std::mutex> lock(s->mu);
-          for (int64_t k = off[si]; k < off[si + 1]; ++k) {
-            const int64_t i = items[k].i;
-            char* row = FindOrInsert(s, items[k].key, items[k].h, &ok);
-            if (row == nullptr) continue;
-            std::memcpy(WeightsOf(row), weights + i * dim, sizeof(float) * dim);
-            std::memcpy(SlotsOf(row), slots + i * num_slots_,
-                        sizeof(float) * num_slots_);
-            SetMeta(row, {meta[i].last_step, meta[i].show, meta[i].click});
-          }
-          EnforceCap(s);
-        }
-        if (!ok) all_ok = false;
-      });
-  return all_ok;
-}
-
-EvictStats SparseTable::Evict(float show_decay_rate, float show_threshold,
-                              int64_t ttl_steps, int64_t current_step,
-                              bool compact, const ParallelRunner& run) {
-  std::atomic<int64_t> evicted{0};
-  run(config_.num_stripes, (Size() / config_.num_stripes + 1) * 30,
-      [&](int64_t begin, int64_t end) {
-        for (int64_t si = begin; si < end; ++si) {
-          Stripe* s = stripes_[si].get();
-          std::lock_guard<std::mutex> lock(s->mu);
-          int64_t freed = 0;
-          const uint32_t last = s->arena.end();
-          for (uint32_t r = 0; r < last; ++r) {
-            if (!s->arena.IsLive(r)) continue;
-            char* row = s->arena.Row(r);
-            Meta m = MetaOf(row);
-            m.show *= show_decay_rate;
-            SetMeta(row, m);
-            const bool cold = m.show < show_threshold;
-            const bool stale =
-                ttl_steps > 0 && current_step - m.last_step > ttl_steps;
-            if (!cold && !stale) continue;
-            s->index.EraseRow(Mix64(static_cast<uint64_t>(KeyOf(row))), r);
-            s->arena.Free(r);
-            ++freed;
-          }
-          if (freed > 0 && compact) {
-            s->arena.Compact([&](uint32_t from, uint32_t to) {
-              const int64_t key = KeyOf(s->arena.Row(to));
-              s->index.UpdateRow(Mix64(static_cast<uint64_t>(key)), from, to);
-            });
-          }
-          if (freed > 0) {
-            s->index.MaybeShrink();
-            size_.fetch_sub(freed, std::memory_order_relaxed);
-            evicted.fetch_add(freed, std::memory_order_relaxed);
-            evicted_.fetch_add(freed, std::memory_order_relaxed);
-          }
-        }
-      });
-  return {evicted.load(), Size()};
 }
 
 }  // namespace tnet

@@ -1,4 +1,4 @@
-// SparseTable: one shard of an embedding table, key int64 -> row.
+// TableShard: one shard of an embedding table, key int64 -> row.
 //
 // A row holds [key int64][weights dim][slots][last_step int64, show f32,
 // click f32], packed: its size is a multiple of 4 only, so the int64 fields
@@ -10,8 +10,8 @@
 // and every row update is atomic under its stripe's lock (no lost updates).
 //
 // This file knows nothing about TensorFlow; kernels/ adapts tensors to it.
-#ifndef TNET_OPS_TABLE_SPARSE_TABLE_H_
-#define TNET_OPS_TABLE_SPARSE_TABLE_H_
+#ifndef TNET_OPS_TABLE_TABLE_SHARD_H_
+#define TNET_OPS_TABLE_TABLE_SHARD_H_
 
 #include <atomic>
 #include <cstdint>
@@ -48,12 +48,14 @@ using ParallelRunner =
     std::function<void(int64_t n, int64_t cost,
                        const std::function<void(int64_t, int64_t)>& fn)>;
 
-// Per-row metadata exported and imported beside weights and slots.
+// Per-row metadata: the 16 bytes after a row's slots (in this order), and
+// what Export / Import carry beside weights and slots.
 struct RowMeta {
+  int64_t last_step;
   float show;
   float click;
-  int64_t last_step;
 };
+static_assert(sizeof(RowMeta) == 16, "row meta is 16 bytes");
 
 // Outcome of one eviction pass.
 struct EvictStats {
@@ -73,10 +75,10 @@ struct TableStats {
   int64_t cap_evicted = 0;      // the part of `evicted` freed by the row cap
 };
 
-class SparseTable {
+class TableShard {
  public:
-  explicit SparseTable(const TableConfig& config);
-  ~SparseTable();
+  explicit TableShard(const TableConfig& config);
+  ~TableShard();
 
   const TableConfig& config() const { return config_; }
   int dim() const { return config_.dim; }
@@ -151,13 +153,6 @@ class SparseTable {
 
  private:
   struct Stripe;
-  // The fields after the slots.
-  struct Meta {
-    int64_t last_step;
-    float show;
-    float click;
-  };
-  static_assert(sizeof(Meta) == 16, "row meta is 16 bytes");
 
   static int64_t KeyOf(const char* row) {
     int64_t key;
@@ -167,12 +162,12 @@ class SparseTable {
   static void SetKey(char* row, int64_t key) {
     std::memcpy(row, &key, sizeof(key));
   }
-  Meta MetaOf(const char* row) const {
-    Meta m;
+  RowMeta MetaOf(const char* row) const {
+    RowMeta m;
     std::memcpy(&m, row + meta_offset_, sizeof(m));
     return m;
   }
-  void SetMeta(char* row, const Meta& m) const {
+  void SetMeta(char* row, const RowMeta& m) const {
     std::memcpy(row + meta_offset_, &m, sizeof(m));
   }
   float* WeightsOf(char* row) const {
@@ -247,4 +242,4 @@ class SparseTable {
 
 }  // namespace tnet
 
-#endif  // TNET_OPS_TABLE_SPARSE_TABLE_H_
+#endif  // TNET_OPS_TABLE_TABLE_SHARD_H_

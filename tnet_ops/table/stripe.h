@@ -1,0 +1,34 @@
+// One stripe of a TableShard (internal to table/): a mutex, an
+// open-addressing index, a row arena and the admission state of keys that
+// have no row yet. Every operation on a stripe holds its mutex.
+#ifndef TNET_OPS_TABLE_STRIPE_H_
+#define TNET_OPS_TABLE_STRIPE_H_
+
+#include <cstdint>
+#include <mutex>
+
+#include "tnet_ops/table/hash_index.h"
+#include "tnet_ops/table/pending_map.h"
+#include "tnet_ops/table/row_arena.h"
+#include "tnet_ops/table/table_shard.h"
+
+namespace tnet {
+
+struct alignas(64) TableShard::Stripe {
+  explicit Stripe(size_t row_bytes) : arena(row_bytes) {}
+  std::mutex mu;
+  HashIndex index;
+  RowArena arena;
+  // Admission: key -> show count so far (and when it last changed), for
+  // keys without a row.
+  PendingMap pending;
+  uint32_t tick = 0;  // bumped on every pending update
+  size_t pending_cap = 0;
+  uint64_t row_cap = 0;  // 0 = unbounded
+
+  uint64_t PendingBytes() const { return pending.MemoryBytes(); }
+};
+
+}  // namespace tnet
+
+#endif  // TNET_OPS_TABLE_STRIPE_H_

@@ -1,0 +1,134 @@
+// TableShard's whole-table row passes: the export cursor, import (restore)
+// and eviction. Pull and push (the per-step path) are in table_shard.cc.
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "tnet_ops/table/table_shard.h"
+#include "tnet_ops/table/stripe.h"
+
+namespace tnet {
+
+namespace {
+
+// An export cursor is (stripe << 40) | next row number in that stripe.
+constexpr int kCursorRowBits = 40;
+constexpr int64_t kCursorRowMask = (int64_t{1} << kCursorRowBits) - 1;
+
+}  // namespace
+
+bool TableShard::ValidCursor(int64_t cursor) const {
+  if (cursor == -1) return true;
+  if (cursor < 0) return false;
+  return (cursor >> kCursorRowBits) < config_.num_stripes;
+}
+
+int64_t TableShard::Export(int64_t cursor, int64_t max_rows,
+                            std::vector<int64_t>* keys,
+                            std::vector<float>* weights,
+                            std::vector<float>* slots,
+                            std::vector<RowMeta>* meta) const {
+  if (cursor < 0) return -1;
+  int64_t si = cursor >> kCursorRowBits;
+  uint64_t r = static_cast<uint64_t>(cursor & kCursorRowMask);
+  const int dim = config_.dim;
+  int64_t budget = max_rows;
+  while (si < config_.num_stripes && budget > 0) {
+    Stripe* s = stripes_[si].get();
+    std::lock_guard<std::mutex> lock(s->mu);
+    const uint64_t end = s->arena.end();
+    for (; r < end && budget > 0; ++r) {
+      if (!s->arena.IsLive(static_cast<uint32_t>(r))) continue;
+      char* row = s->arena.Row(static_cast<uint32_t>(r));
+      keys->push_back(KeyOf(row));
+      const float* w = WeightsOf(row);
+      weights->insert(weights->end(), w, w + dim);
+      const float* sl = SlotsOf(row);
+      slots->insert(slots->end(), sl, sl + num_slots_);
+      meta->push_back(MetaOf(row));
+      --budget;
+    }
+    if (r >= end) {
+      ++si;
+      r = 0;
+    }
+  }
+  if (si >= config_.num_stripes) return -1;
+  return (si << kCursorRowBits) | static_cast<int64_t>(r);
+}
+
+bool TableShard::Import(const int64_t* keys, int64_t n, const float* weights,
+                         const float* slots, const RowMeta* meta,
+                         const ParallelRunner& run) {
+  std::vector<Item> items;
+  std::vector<int64_t> off;
+  GroupByStripe(keys, n, run, &items, &off);
+  const int dim = config_.dim;
+  std::atomic<bool> all_ok{true};
+  run(config_.num_stripes, (n / config_.num_stripes + 1) * (2 * dim + 60),
+      [&](int64_t begin, int64_t end) {
+        bool ok = true;
+        for (int64_t si = begin; si < end; ++si) {
+          if (off[si] == off[si + 1]) continue;
+          Stripe* s = stripes_[si].get();
+          std::lock_guard<std::mutex> lock(s->mu);
+          for (int64_t k = off[si]; k < off[si + 1]; ++k) {
+            const int64_t i = items[k].i;
+            char* row = FindOrInsert(s, items[k].key, items[k].h, &ok);
+            if (row == nullptr) continue;
+            std::memcpy(WeightsOf(row), weights + i * dim, sizeof(float) * dim);
+            std::memcpy(SlotsOf(row), slots + i * num_slots_,
+                        sizeof(float) * num_slots_);
+            SetMeta(row, meta[i]);
+          }
+          EnforceCap(s);
+        }
+        if (!ok) all_ok = false;
+      });
+  return all_ok;
+}
+
+EvictStats TableShard::Evict(float show_decay_rate, float show_threshold,
+                              int64_t ttl_steps, int64_t current_step,
+                              bool compact, const ParallelRunner& run) {
+  std::atomic<int64_t> evicted{0};
+  run(config_.num_stripes, (Size() / config_.num_stripes + 1) * 30,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t si = begin; si < end; ++si) {
+          Stripe* s = stripes_[si].get();
+          std::lock_guard<std::mutex> lock(s->mu);
+          int64_t freed = 0;
+          const uint32_t last = s->arena.end();
+          for (uint32_t r = 0; r < last; ++r) {
+            if (!s->arena.IsLive(r)) continue;
+            char* row = s->arena.Row(r);
+            RowMeta m = MetaOf(row);
+            m.show *= show_decay_rate;
+            SetMeta(row, m);
+            const bool cold = m.show < show_threshold;
+            const bool stale =
+                ttl_steps > 0 && current_step - m.last_step > ttl_steps;
+            if (!cold && !stale) continue;
+            s->index.EraseRow(Mix64(static_cast<uint64_t>(KeyOf(row))), r);
+            s->arena.Free(r);
+            ++freed;
+          }
+          if (freed > 0 && compact) {
+            s->arena.Compact([&](uint32_t from, uint32_t to) {
+              const int64_t key = KeyOf(s->arena.Row(to));
+              s->index.UpdateRow(Mix64(static_cast<uint64_t>(key)), from, to);
+            });
+          }
+          if (freed > 0) {
+            s->index.MaybeShrink();
+            size_.fetch_sub(freed, std::memory_order_relaxed);
+            evicted.fetch_add(freed, std::memory_order_relaxed);
+            evicted_.fetch_add(freed, std::memory_order_relaxed);
+          }
+        }
+      });
+  return {evicted.load(), Size()};
+}
+
+}  // namespace tnet
