@@ -33,7 +33,7 @@ import tf_keras
 from tf_keras.src.engine import functional as keras_functional
 from tf_keras.src.engine import training as keras_training
 
-from tnet.layers import lookup
+from tnet import scopes
 from tnet.layers.embedding_features import EmbeddingFeatures
 
 
@@ -82,7 +82,7 @@ class _TnetTraining:
     def train_step(self, data):
         _allow_mean_reduction(self)
         with tf.GradientTape() as tape:
-            with lookup.recording(tape) as recorder:
+            with scopes.recording(tape) as recorder:
                 if self._tfrs_style():
                     loss = self.compute_loss(data, training=True)
                 else:

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 
 import tensorflow as tf
 
+from tnet.optimizer.sparse import resolve_learning_rate
 from tnet import _ops
 from tnet.optimizer import keras as keras_opt
 
@@ -270,11 +271,8 @@ class SparseTable(tf.Module):
         """
         keys = self._keys(keys)
         grads = tf.convert_to_tensor(grads, tf.float32)
-        if learning_rate is None:
-            learning_rate = self.optimizer.learning_rate
-            if callable(learning_rate):
-                learning_rate = learning_rate(step)
-        lr = tf.cast(learning_rate, tf.float32)
+        lr = tf.cast(resolve_learning_rate(step, model=learning_rate,
+                                           rule=self.optimizer), tf.float32)
         step = tf.cast(step, tf.int64)
         empty = tf.zeros([0], tf.float32)
         shows = empty if shows is None else tf.cast(shows, tf.float32)

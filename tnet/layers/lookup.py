@@ -5,25 +5,24 @@ For each table a layer does one `unique -> pull -> temporary matrix E[U, dim]
 fixed bucket), only unique rows travel to and from the ps, and one push per
 table carries the summed gradients back.
 
-`tn.Model.train_step` opens a `recording(tape)` scope; while it is open each
-lookup made in training mode asks the tape to watch its E and registers a
-`Lookup`, so one `tape.gradient` gives dense and sparse gradients together,
-and `train_step` sees (and may clip) dE before `Lookup.push` sends it.
+`tn.Model.train_step` opens a `tnet.scopes.recording(tape)` scope; while it
+is open each lookup made in training mode asks the tape to watch its E and
+registers a `Lookup`, so one `tape.gradient` gives dense and sparse
+gradients together, and `train_step` sees (and may clip) dE before
+`Lookup.push` sends it. Under `tnet.scopes.serving_lookups` (the export)
+a lookup calls stock TF instead of the table op.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import threading
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
 
 from tnet import _ops
+from tnet.optimizer.sparse import resolve_learning_rate
+from tnet.scopes import active_recorder, serving_active, serving_override
 from tnet.table import SparseTable
-
-_STATE = threading.local()
-
 
 @dataclasses.dataclass
 class Lookup:
@@ -36,62 +35,14 @@ class Lookup:
     learning_rate: Optional[Callable[[], Any]] = None  # layer override
 
     def push(self, grad, learning_rate, step):
-        """Sends dE (IndexedSlices from the gathers, or dense [U, dim])."""
+        """Sends dE (IndexedSlices from the gathers, or dense [U, dim]);
+        `learning_rate` is the model optimizer's current rate."""
         if isinstance(grad, tf.IndexedSlices):
             grad = sum_rows(grad.values, grad.indices, tf.shape(self.keys)[0])
-        if self.learning_rate is not None:
-            learning_rate = self.learning_rate()
-        return self.table.push(self.keys, grad, learning_rate=learning_rate,
+        lr = resolve_learning_rate(step, layer=self.learning_rate,
+                                   model=learning_rate)
+        return self.table.push(self.keys, grad, learning_rate=lr,
                                step=step, shows=self.shows)
-
-
-class Recorder:
-    def __init__(self, tape: tf.GradientTape):
-        self.tape = tape
-        self.lookups: List[Lookup] = []
-
-
-@contextlib.contextmanager
-def recording(tape: tf.GradientTape) -> Iterator[Recorder]:
-    """Records the training lookups made inside the scope."""
-    stack = getattr(_STATE, "stack", None)
-    if stack is None:
-        stack = _STATE.stack = []
-    recorder = Recorder(tape)
-    stack.append(recorder)
-    try:
-        yield recorder
-    finally:
-        stack.pop()
-
-
-@contextlib.contextmanager
-def serving_lookups(overrides: dict) -> Iterator[None]:
-    """While open, lookups of the given tables (SparseTable -> callable
-    keys [U] -> rows [U, dim]) use the callables instead of the table ops.
-    tn.saving.export_for_serving traces the model inside this scope."""
-    previous = getattr(_STATE, "serving", None)
-    _STATE.serving = {id(t): fn for t, fn in overrides.items()}
-    try:
-        yield
-    finally:
-        _STATE.serving = previous
-
-
-def serving_active() -> bool:
-    """True while export_for_serving traces the model: layers then build
-    the serving graph from stock ops only."""
-    return bool(getattr(_STATE, "serving", None))
-
-
-def serving_override(table: SparseTable):
-    overrides = getattr(_STATE, "serving", None)
-    return overrides.get(id(table)) if overrides else None
-
-
-def active_recorder() -> Optional[Recorder]:
-    stack = getattr(_STATE, "stack", None)
-    return stack[-1] if stack else None
 
 
 def sum_rows(values, indices, num_rows):

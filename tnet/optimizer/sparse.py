@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, Union
+from typing import Any, Callable, Optional, Union
 
 LearningRate = Union[float, Callable[[Any], Any]]
 
@@ -79,6 +79,28 @@ def _slots_from_op(name: str, dim: int) -> int:
     from tnet import _ops
     with tf.init_scope(), tf.device("/CPU:0"):
         return int(_ops.tnet_sparse_rule_slots(optimizer=name, dim=dim))
+
+
+def resolve_learning_rate(step, layer: Optional[Callable[[], Any]] = None,
+                          model: Any = None,
+                          rule: "Optional[SparseRule]" = None):
+    """The learning rate of one table push, in order of precedence:
+
+    1. `layer`: a layer given its own optimizer (called, no argument);
+    2. `model`: the model optimizer's current rate (tn.Model.train_step
+       passes it, schedules already applied by Keras);
+    3. `rule`: the table's own rule (a direct `SparseTable.push`), whose
+       schedule is called with `step`.
+    """
+    if layer is not None:
+        return layer()
+    if model is not None:
+        return model
+    if rule is None:
+        raise ValueError("resolve_learning_rate needs a layer, model or rule "
+                         "learning rate")
+    lr = rule.learning_rate
+    return lr(step) if callable(lr) else lr
 
 
 def by_keras_name(keras_name: str):

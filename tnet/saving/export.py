@@ -23,7 +23,7 @@ the graph proto, which protobuf caps at 2 GB, and every loader parses it.
 would fail; `MutableHashTable` has no reserved key.
 
 The model is then traced as `serve(features) -> {"prediction": ...}` inside
-`tnet.layers.lookup.serving_lookups`, which makes every fused lookup call the
+`tnet.scopes.serving_lookups`, which makes every fused lookup call the
 stock lookup instead of the table op. Everything before the lookup (string
 fingerprints, per-column salts, padding removal) is already stock TF, so
 serving computes exactly the keys training did.
@@ -37,7 +37,7 @@ every function body is checked against the ops a Python process that
 never imports tnet has registered (`stock_op_types`): anything else fails
 the export, and nothing is left at `export_dir`. Multi-valued combiners
 trace to stock ops while the serving override is active
-(`lookup.serving_active`).
+(`tnet.scopes.serving_active`).
 
 Serving inputs: by default what Keras' `model.save` would infer, the
 inputs of the model's first call or fit (`_get_save_spec`). Features the
@@ -74,7 +74,7 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 import tensorflow as tf
 
-from tnet.layers import lookup
+from tnet import scopes
 from tnet.saving.op_check import (ops_of, raise_if_tnet_ops,  # noqa: F401
                                   stock_op_types, strip_cluster_devices,
                                   tnet_ops_in)
@@ -312,7 +312,7 @@ def _write(model, path: str, quantize: Optional[str],
             module.retrieval = retrieval.build_index()
             serve = retrieval.serve_fn(module.retrieval)
 
-        with lookup.serving_lookups(overrides):
+        with scopes.serving_lookups(overrides):
             try:
                 concrete = tf.function(
                     serve, input_signature=[signature.specs],

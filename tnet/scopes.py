@@ -1,0 +1,70 @@
+"""Per-thread scopes that change what a tnet lookup does.
+
+- `recording(tape)`: opened by `tn.Model.train_step`; each training lookup
+  inside registers a `tnet.layers.lookup.Lookup` (the rows the tape
+  watches, the keys a push needs) with the innermost recorder.
+- `serving_lookups(overrides)`: opened by `tn.saving.export_for_serving`;
+  lookups of the given tables call stock-TF callables instead of the table
+  op, and combiners use stock ops (`serving_active`).
+
+Thread-local because Keras traces train_step and the export traces the
+model on the calling thread; nothing else reads this state.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Iterator, List, Optional
+
+_STATE = threading.local()
+
+
+class Recorder:
+    """The lookups (tnet.layers.lookup.Lookup) of one training step."""
+
+    def __init__(self, tape):
+        self.tape = tape
+        self.lookups: List = []
+
+
+@contextlib.contextmanager
+def recording(tape) -> Iterator[Recorder]:
+    """Records the training lookups made inside the scope."""
+    stack = getattr(_STATE, "stack", None)
+    if stack is None:
+        stack = _STATE.stack = []
+    recorder = Recorder(tape)
+    stack.append(recorder)
+    try:
+        yield recorder
+    finally:
+        stack.pop()
+
+
+@contextlib.contextmanager
+def serving_lookups(overrides: dict) -> Iterator[None]:
+    """While open, lookups of the given tables (SparseTable -> callable
+    keys [U] -> rows [U, dim]) use the callables instead of the table ops.
+    tn.saving.export_for_serving traces the model inside this scope."""
+    previous = getattr(_STATE, "serving", None)
+    _STATE.serving = {id(t): fn for t, fn in overrides.items()}
+    try:
+        yield
+    finally:
+        _STATE.serving = previous
+
+
+def serving_active() -> bool:
+    """True while export_for_serving traces the model: layers then build
+    the serving graph from stock ops only."""
+    return bool(getattr(_STATE, "serving", None))
+
+
+def serving_override(table):
+    overrides = getattr(_STATE, "serving", None)
+    return overrides.get(id(table)) if overrides else None
+
+
+def active_recorder() -> Optional[Recorder]:
+    stack = getattr(_STATE, "stack", None)
+    return stack[-1] if stack else None
