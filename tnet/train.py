@@ -23,6 +23,7 @@ import tensorflow as tf
 import tf_keras
 
 from tnet import bind
+from tnet.train_data import CtrJobData, RetrievalJobData
 from tnet import models as tn_models
 
 FLAGS = flags.FLAGS
@@ -135,149 +136,6 @@ _MODELS = {"wide_deep": tn_models.WideDeep, "deepfm": tn_models.DeepFM,
            "dcn": tn_models.DCN}
 
 
-def _count_rows(paths) -> int:
-    total = 0
-    for path in paths:
-        with open(path, "rb") as f:
-            total += sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
-    return total
-
-
-def _synthetic_files(gen, cats_scale_seed: str):
-    """Writes (once) the synthetic train / hold-out sets as Criteo TSV so
-    that ParameterServerStrategy workers can read them with pure tf.data."""
-    os.makedirs(FLAGS.data_cache_dir, exist_ok=True)
-    paths = {}
-    for stream, n in (("train", FLAGS.synthetic_train_examples),
-                      ("holdout", FLAGS.synthetic_eval_examples)):
-        path = os.path.join(FLAGS.data_cache_dir,
-                            f"synthetic-{cats_scale_seed}-{stream}-{n}.tsv")
-        if not os.path.exists(path):
-            tmp = f"{path}.tmp{os.getpid()}"
-            gen.write_tsv(tmp, n, stream=stream)
-            os.replace(tmp, path)
-        paths[stream] = path
-    return paths
-
-
-class DataSpec:
-    """What the job reads: features, files (or in-memory synthetic data)."""
-
-    def __init__(self, distributed: bool):
-        from tnet import data as tn_data  # noqa: PLC0415
-        self.tn_data = tn_data
-        self.info = {}
-        self.kind = FLAGS.data
-        if FLAGS.data in ("synthetic", "criteo"):
-            self.categorical = list(tn_data.CRITEO_CAT_COLUMNS)
-            self.dense = list(tn_data.CRITEO_INT_COLUMNS)
-            self.string_ids = False
-        else:
-            self.categorical = list(tn_data.AVAZU_CAT_COLUMNS)
-            self.dense = []
-            self.string_ids = True
-        self.train_skip, self.train_take = 0, FLAGS.train_rows
-        if FLAGS.data == "synthetic":
-            self.gen = tn_data.SyntheticCriteo(seed=FLAGS.seed,
-                                               scale=FLAGS.synthetic_scale)
-            self.info["oracle_auc"] = float(self.gen.oracle_auc(
-                "holdout", FLAGS.synthetic_eval_examples))
-            self.train_rows = FLAGS.synthetic_train_examples
-            self.files = None
-            if distributed:
-                files = _synthetic_files(
-                    self.gen, f"{FLAGS.seed}-{FLAGS.synthetic_scale}")
-                self.kind = "criteo"
-                self.files = [files["train"]]
-                self.eval_files = [files["holdout"]]
-                self.eval_skip, self.eval_take = 0, -1
-            return
-        if not FLAGS.train_files:
-            raise app.UsageError(f"--data={FLAGS.data} needs --train_files")
-        self.files = list(FLAGS.train_files)
-        if FLAGS.eval_files:
-            self.eval_files, self.eval_skip = list(FLAGS.eval_files), 0
-        else:
-            if FLAGS.train_rows <= 0:
-                raise app.UsageError(
-                    "without --eval_files, set --train_rows: the rows after "
-                    "them are the hold-out")
-            self.eval_files, self.eval_skip = self.files, FLAGS.train_rows
-        self.eval_take = FLAGS.eval_rows
-        header = 1 if FLAGS.data == "avazu" else 0
-        total = _count_rows(self.files) - header * len(self.files)
-        self.train_rows = total if FLAGS.train_rows <= 0 else min(
-            FLAGS.train_rows, total)
-
-    def _reader(self):
-        if self.kind == "criteo":
-            return self.tn_data.criteo_dataset
-        return self.tn_data.avazu_dataset
-
-    def train(self, input_context=None, repeat=False):
-        if self.files is None:  # in-memory synthetic, one process
-            return self.gen.dataset(self.train_rows, FLAGS.batch_size,
-                                    stream="train")
-        batch = FLAGS.batch_size
-        if input_context is not None:
-            batch = input_context.get_per_replica_batch_size(batch)
-        return self._reader()(
-            self.files, batch, bad_rows=FLAGS.bad_rows, take=self.train_take,
-            shuffle_buffer=FLAGS.shuffle_buffer,
-            seed=FLAGS.seed if input_context is None else
-            FLAGS.seed + input_context.input_pipeline_id,
-            num_epochs=None if repeat else 1, input_context=input_context)
-
-    def eval(self):
-        if self.files is None:
-            return self.gen.dataset(FLAGS.synthetic_eval_examples,
-                                    FLAGS.batch_size, stream="holdout")
-        return self._reader()(self.eval_files, FLAGS.batch_size,
-                              bad_rows=FLAGS.bad_rows, skip=self.eval_skip,
-                              take=self.eval_take)
-
-
-class MovielensSpec:
-    """MovieLens 100k for the two-tower model: examples in memory in one
-    process; under ParameterServerStrategy written once with
-    `Dataset.save` under --data_cache_dir so workers read pure tf.data."""
-
-    def __init__(self, distributed: bool):
-        from tnet.data import movielens  # noqa: PLC0415
-        self.movielens = movielens
-        self.data = movielens.load_movielens(FLAGS.movielens_dir,
-                                             FLAGS.history_max_length)
-        self.candidates = self.data.items
-        self.train_rows = self.data.train["item_id"].shape[0]
-        self.info = {"popularity_baseline": movielens.popularity_recall(
-            self.data.item_counts, self.data.test["item_id"])}
-        self.path = None
-        if distributed:
-            os.makedirs(FLAGS.data_cache_dir, exist_ok=True)
-            self.path = movielens.save_examples(
-                self.data.train, os.path.join(
-                    FLAGS.data_cache_dir,
-                    f"movielens-train-h{FLAGS.history_max_length}"))
-
-    def train(self, input_context=None, repeat=False):
-        if self.path is None:
-            return self.movielens.movielens_dataset(
-                self.data.train, FLAGS.batch_size,
-                shuffle_buffer=FLAGS.shuffle_buffer, seed=FLAGS.seed,
-                repeat=repeat)
-        batch = FLAGS.batch_size
-        if input_context is not None:
-            batch = input_context.get_per_replica_batch_size(batch)
-        return self.movielens.load_examples_dataset(
-            self.path, batch, shuffle_buffer=FLAGS.shuffle_buffer,
-            seed=FLAGS.seed + (input_context.input_pipeline_id
-                               if input_context is not None else 0),
-            repeat=repeat, input_context=input_context)
-
-    def eval(self):
-        return self.movielens.movielens_dataset(self.data.test, 4096)
-
-
 def _check_model_data() -> None:
     retrieval = FLAGS.model == "two_tower"
     if retrieval != (FLAGS.data == "movielens"):
@@ -331,7 +189,8 @@ def run() -> dict:
     distributed = tn.distribute.is_parameter_server_strategy(strategy)
     _check_model_data()
     retrieval = FLAGS.model == "two_tower"
-    spec = MovielensSpec(distributed) if retrieval else DataSpec(distributed)
+    spec = (RetrievalJobData(distributed) if retrieval
+            else CtrJobData(distributed))
     with strategy.scope():
         model = (build_model(None, None, None) if retrieval else
                  build_model(spec.categorical, spec.dense, spec.string_ids))
@@ -403,7 +262,7 @@ def export_and_check(model, spec) -> dict:
     """Exports for serving, then reloads the SavedModel in a fresh Python
     process that never imports tnet and compares its predictions with this
     process's on a hold-out batch."""
-    if isinstance(spec, MovielensSpec):
+    if isinstance(spec, RetrievalJobData):
         return export_and_check_retrieval(model, spec)
     # A numbered version directory, as TF Serving expects (newest wins).
     version = os.path.join(FLAGS.export_dir, str(int(time.time())))
