@@ -20,93 +20,20 @@ import tf_keras
 
 from tests.conftest import ROOT
 from tools import procfs
-from tests.programs.ckpt_train import CATS, make_data
+from tests.programs.ckpt_train import CATS
+from tests.support.cluster import cluster as start_cluster
+from tests.support.cluster import env as _env
+from tests.support.ckpt import (assert_dumps_equal, assert_same_tables,
+                                build, dataset, dense_state, fit, quiet,
+                                snapshot, tiny, wide_deep)
 from tnet import feature_column as fc
 from tnet.saving import checkpoint as ckpt_mod
 from tnet.saving import CheckpointError
 
 PROGRAM = [sys.executable, str(ROOT / "tests" / "programs" / "ckpt_train.py")]
-LAUNCH = [sys.executable, str(ROOT / "tools" / "launch_local.py")]
 
 
 # ----------------------------------------------------------------- models
-class Tiny(tn.Model):
-    """Two tables ("emb": Adagrad dim 4, "lin": FTRL dim 1) with
-    `shards` local shards each, and a dense head."""
-
-    def __init__(self, shards=2, dim=4):
-        super().__init__()
-        cats = [fc.category_column(c) for c in CATS]
-        self.emb = tn.layers.EmbeddingFeatures(
-            [fc.embedding_column(c, dim, table="emb") for c in cats],
-            num_shards=shards, name="emb_layer")
-        self.lin = tn.layers.LinearFeatures(cats, num_shards=shards,
-                                            name="lin")
-        self.head = tf_keras.layers.Dense(1)
-
-    def call(self, features, training=False):
-        x = tf.concat([self.emb(features, training=training),
-                       tf.reshape(features["d0"], [-1, 1])], axis=1)
-        return self.head(x) + self.lin(features, training=training)
-
-
-def tiny(shards=2, dim=4):
-    model = Tiny(shards, dim)
-    model.compile(tn.optimizer.Adagrad(0.05),
-                  loss=tf_keras.losses.BinaryCrossentropy(from_logits=True))
-    return model
-
-
-def wide_deep():
-    model = tn.models.WideDeep(CATS, ["d0"], embedding_dim=4, hidden_units=[8])
-    model.compile(tn.optimizer.Adagrad(0.05))
-    return model
-
-
-def dataset(rows=640, seed=0, batch=64):
-    feats, labels = make_data(rows, seed)
-    return tf.data.Dataset.from_tensor_slices((feats, labels)).batch(batch)
-
-
-def fit(model, rows=640, seed=0, epochs=1):
-    model.fit(dataset(rows, seed), epochs=epochs, verbose=0)
-
-
-def quiet(_):
-    pass
-
-
-# ---------------------------------------------------------------- helpers
-def snapshot(model):
-    """{table: (keys, weights, slots, meta)} sorted by key, plus step."""
-    out = {}
-    for name, table in model.tables().items():
-        keys, weights, slots, meta = (t.numpy() for t in table.export())
-        order = np.argsort(keys)
-        out[name] = tuple(a[order] for a in (keys, weights, slots, meta))
-    return out
-
-
-def assert_same_tables(a, b):
-    assert sorted(a) == sorted(b)
-    for name in a:
-        for what, x, y in zip(("keys", "weights", "slots", "meta"), a[name],
-                              b[name]):
-            assert x.shape == y.shape and x.dtype == y.dtype, (name, what)
-            # Bit-exact (also tells -0.0 from 0.0 and NaN payloads apart).
-            assert x.tobytes() == y.tobytes(), (name, what)
-
-
-def dense_state(model):
-    return [v.numpy() for v in model.variables + model.optimizer.variables]
-
-
-def build(model):
-    feats, _ = next(iter(dataset(64, seed=99)))
-    model(feats, training=False)
-    model.optimizer.build(model.trainable_variables)
-
-
 def vm_kb(field):
     return procfs.status_bytes(field) // 1024
 
@@ -491,22 +418,6 @@ def _readline_until(proc, pattern, timeout, lines):
     return None
 
 
-def _env():
-    env = dict(os.environ)
-    env.pop("TF_CONFIG", None)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return env
-
-
-def _assert_dumps_equal(a_path, b_path):
-    a, b = np.load(a_path), np.load(b_path)
-    assert sorted(a.files) == sorted(b.files)
-    assert any(k.endswith("/keys") and len(a[k]) for k in a.files)
-    for k in a.files:
-        assert a[k].dtype == b[k].dtype and a[k].tobytes() == b[k].tobytes(), k
-
-
 def test_sigkill_after_checkpoint_then_resume_one_process(tmp_path):
     cmd = PROGRAM + ["--dir", str(tmp_path / "ckpt"), "--dump_dir",
                      str(tmp_path / "dump"), "--epochs", "4",
@@ -534,7 +445,7 @@ def test_sigkill_after_checkpoint_then_resume_one_process(tmp_path):
     out = res.stdout
     assert res.returncode == 0, (out + res.stderr)[-3000:]
     assert f"CKPT_RESTORED step={step}" in out, out[-3000:]
-    _assert_dumps_equal(saved_dump, tmp_path / "dump" / f"restored-{step}.npz")
+    assert_dumps_equal(saved_dump, tmp_path / "dump" / f"restored-{step}.npz")
     restored = np.load(tmp_path / "dump" / f"restored-{step}.npz")
     assert int(restored["iterations"]) == step
     assert sum(k.startswith("dense/") for k in restored.files) > 10
@@ -545,58 +456,6 @@ def test_sigkill_after_checkpoint_then_resume_one_process(tmp_path):
     assert "CKPT_DONE iterations=80" in out
 
 
-def _running(pid):
-    """True unless the process is gone or a zombie (its parent, the killed
-    launcher, cannot reap it any more)."""
-    return procfs.running(pid)
-
-
-class _Cluster:
-    def __init__(self, ps, workers, command):
-        self.proc = subprocess.Popen(
-            LAUNCH + ["--ps", str(ps), "--workers", str(workers),
-                      "--timeout", "400", "--"] + command,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            cwd=ROOT, env=_env(), start_new_session=True)
-        self.lines, self.pids = [], {}
-
-    def read_until(self, pattern, timeout):
-        line = _readline_until(self.proc, pattern, timeout, self.lines)
-        for l in self.lines:
-            m = re.match(r"\[launch\] (\S+) pid=(\d+)", l)
-            if m:
-                self.pids[m.group(1)] = int(m.group(2))
-        return line
-
-    def kill_all(self):
-        """SIGKILL every process of the cluster (the launcher too)."""
-        for pid in [self.proc.pid] + list(self.pids.values()):
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait()
-        deadline = time.monotonic() + 10
-        alive = list(self.pids)
-        while alive and time.monotonic() < deadline:
-            time.sleep(0.2)
-            alive = [n for n, pid in self.pids.items() if _running(pid)]
-        assert not alive, f"still running after SIGKILL: {alive}"
-
-    def wait(self, timeout):
-        try:
-            out, _ = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill_all()
-            out = ""
-        self.lines.append(out)
-        return self.proc.returncode
-
-    @property
-    def output(self):
-        return "".join(self.lines)
-
-
 def test_sigkill_cluster_then_resume_on_more_ps(tmp_path):
     """PSS: epoch-end checkpoints on the chief; SIGKILL every process after
     the checkpoint at step N; a new cluster with 3 ps (was 2) resumes at
@@ -604,12 +463,12 @@ def test_sigkill_cluster_then_resume_on_more_ps(tmp_path):
     cmd = PROGRAM + ["--dir", str(tmp_path / "ckpt"), "--dump_dir",
                      str(tmp_path / "dump"), "--epochs", "5", "--rows", "640",
                      "--incremental", "--sleep", "1.0"]
-    first = _Cluster(2, 2, cmd)
+    first = start_cluster(2, 2, cmd, timeout=400)
     try:
         assert first.read_until(r"CKPT_SAVED step=20", 300), \
             first.output[-3000:]
     finally:
-        first.kill_all()
+        assert not first.kill_all(), "still running after SIGKILL"
     assert "pss=True" in first.output
     latest = tn.saving.latest_checkpoint(tmp_path / "ckpt")
     step = tn.saving.read_manifest(latest)["step"]
@@ -617,12 +476,12 @@ def test_sigkill_cluster_then_resume_on_more_ps(tmp_path):
     manifest = tn.saving.read_manifest(latest)
     assert manifest["tables"]["embedding"]["num_shards"] == 2
 
-    second = _Cluster(3, 2, cmd)
+    second = start_cluster(3, 2, cmd, timeout=400)
     code = second.wait(400)
     out = second.output
     assert code == 0, out[-3000:]
     assert f"CKPT_RESTORED step={step}" in out, out[-3000:]
-    _assert_dumps_equal(tmp_path / "dump" / f"saved-{step}.npz",
+    assert_dumps_equal(tmp_path / "dump" / f"saved-{step}.npz",
                         tmp_path / "dump" / f"restored-{step}.npz")
     assert "CKPT_DONE iterations=50" in out
     final = tn.saving.read_manifest(tn.saving.latest_checkpoint(

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -13,75 +12,11 @@ import pytest
 
 import tnet as tn
 from tests.conftest import ROOT, data_file
+from tests.support.cluster import assert_all_stopped, env as _env
+from tests.support.cluster import cluster as start_cluster
 
-LAUNCH = [sys.executable, str(ROOT / "tools" / "launch_local.py")]
 TRAIN = [sys.executable, "-m", "tnet.train"]
 CRITEO_CFG = str(ROOT / "configs" / "wide_deep_criteo.cfg")
-
-
-def _env():
-    env = dict(os.environ)
-    env.pop("TF_CONFIG", None)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-class Cluster:
-    """tools/launch_local.py in the background; records every pid."""
-
-    def __init__(self, ps, workers, command, timeout=600):
-        self.proc = subprocess.Popen(
-            LAUNCH + ["--ps", str(ps), "--workers", str(workers),
-                      "--timeout", str(timeout), "--"] + command,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            cwd=ROOT, env=_env(), start_new_session=True)
-        self.lines, self.pids = [], {}
-
-    def read_until(self, pattern, timeout):
-        deadline = time.monotonic() + timeout
-        regex = re.compile(pattern)
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                if self.proc.poll() is not None:
-                    return None
-                continue
-            self._record(line)
-            if regex.search(line):
-                return line
-        return None
-
-    def _record(self, line):
-        self.lines.append(line)
-        m = re.match(r"\[launch\] (\S+) pid=(\d+)", line)
-        if m:
-            self.pids[m.group(1)] = int(m.group(2))
-
-    def wait(self, timeout):
-        try:
-            out, _ = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            out, _ = self.proc.communicate()
-        for line in out.splitlines(keepends=True):
-            self._record(line)
-        return self.proc.returncode
-
-    @property
-    def output(self):
-        return "".join(self.lines)
-
-    def assert_all_stopped(self):
-        time.sleep(0.5)
-        alive = []
-        for name, pid in self.pids.items():
-            try:
-                os.kill(pid, 0)
-                alive.append(name)
-            except ProcessLookupError:
-                pass
-        assert not alive, f"left running: {alive}"
-
 
 def _summary(model_dir):
     with open(os.path.join(model_dir, "summary.json")) as f:
@@ -95,10 +30,10 @@ def test_cluster_auc_matches_one_process(tmp_path):
                          cwd=ROOT, env=_env(), capture_output=True, text=True,
                          timeout=600)
     assert one.returncode == 0, one.stderr[-3000:]
-    cluster = Cluster(2, 2, TRAIN + [f"--flagfile={CRITEO_CFG}",
+    cluster = start_cluster(2, 2, TRAIN + [f"--flagfile={CRITEO_CFG}",
                                      f"--model_dir={tmp_path / 'pss'}"])
     code = cluster.wait(600)
-    cluster.assert_all_stopped()
+    assert_all_stopped(cluster)
     assert code == 0, cluster.output[-3000:]
     a, b = _summary(tmp_path / "one"), _summary(tmp_path / "pss")
     assert b["cluster"] == {"ps": 2, "workers": 2}
@@ -111,10 +46,10 @@ def test_cluster_auc_matches_one_process(tmp_path):
 
 def test_rows_live_on_the_shard_that_owns_their_key():
     path = data_file("criteo/dev_head10k.tsv")
-    cluster = Cluster(2, 2, [sys.executable, str(ROOT / "tests" / "programs" /
+    cluster = start_cluster(2, 2, [sys.executable, str(ROOT / "tests" / "programs" /
                                                  "shard_check.py"), str(path), "2000"])
     code = cluster.wait(600)
-    cluster.assert_all_stopped()
+    assert_all_stopped(cluster)
     assert code == 0, cluster.output[-3000:]
     line = next(l for l in cluster.lines if "SHARD_CHECK " in l)
     report = json.loads(line.split("SHARD_CHECK ", 1)[1])
@@ -128,12 +63,12 @@ def test_rows_live_on_the_shard_that_owns_their_key():
 
 def test_worker_killed_mid_fit_and_fit_completes(tmp_path):
     data_file("criteo/dev_head10k.tsv")
-    cluster = Cluster(2, 2, TRAIN + [f"--flagfile={CRITEO_CFG}", "--epochs=6",
+    cluster = start_cluster(2, 2, TRAIN + [f"--flagfile={CRITEO_CFG}", "--epochs=6",
                                      f"--model_dir={tmp_path}"])
     assert cluster.read_until(r"\[chief\] Epoch 2/", 300), cluster.output[-3000:]
     os.kill(cluster.pids["worker:1"], signal.SIGKILL)
     code = cluster.wait(600)
-    cluster.assert_all_stopped()
+    assert_all_stopped(cluster)
     # The launcher reports the dead worker (exit 1); the chief finished.
     assert "[launch] worker:1 exited with -9" in cluster.output
     assert code == 1, cluster.output[-3000:]
@@ -144,7 +79,7 @@ def test_worker_killed_mid_fit_and_fit_completes(tmp_path):
 
 def test_ps_killed_stops_the_chief_with_the_task_named(tmp_path):
     data_file("criteo/dev_head10k.tsv")
-    cluster = Cluster(2, 2, TRAIN + [f"--flagfile={CRITEO_CFG}", "--epochs=50",
+    cluster = start_cluster(2, 2, TRAIN + [f"--flagfile={CRITEO_CFG}", "--epochs=50",
                                      f"--model_dir={tmp_path}"])
     assert cluster.read_until(r"\[chief\] Epoch 2/", 300), cluster.output[-3000:]
     killed = time.monotonic()
@@ -154,7 +89,7 @@ def test_ps_killed_stops_the_chief_with_the_task_named(tmp_path):
     assert time.monotonic() - killed < 60
     assert "ps:1" in line
     code = cluster.wait(120)
-    cluster.assert_all_stopped()
+    assert_all_stopped(cluster)
     assert code == 3
 
 

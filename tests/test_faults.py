@@ -33,9 +33,11 @@ import pytest
 
 import tnet as tn
 from tests.conftest import ROOT
-from tests.test_checkpoint import (_Cluster, _assert_dumps_equal, _running,
-                                   assert_same_tables, build, dataset, dense_state, fit, quiet,
-                                   snapshot, tiny)
+from tests.support.ckpt import (assert_dumps_equal, assert_same_tables, build,
+                                dataset, dense_state, fit, quiet, snapshot,
+                                tiny)
+from tests.support.cluster import assert_all_stopped
+from tests.support.cluster import cluster as start_cluster
 from tnet.saving import checkpoint as ckpt_mod
 from tnet.saving import CheckpointError
 
@@ -51,24 +53,15 @@ def _steps(ckpt_dir):
     return [s for s, _ in tn.saving.list_checkpoints(ckpt_dir)]
 
 
-def _wait_stopped(cluster, timeout=20):
-    deadline = time.monotonic() + timeout
-    alive = list(cluster.pids)
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.2)
-        alive = [n for n, pid in cluster.pids.items() if _running(pid)]
-    assert not alive, f"left running: {alive}"
-
-
 def _resume_and_check(tmp_path, step, epochs, extra=()):
     """A new 2 ps x 2 worker cluster restores ckpt-<step> bit-exactly and
     trains on to epochs x 10 steps."""
-    again = _Cluster(2, 2, _args(tmp_path, "--epochs", str(epochs), *extra))
+    again = start_cluster(2, 2, _args(tmp_path, "--epochs", str(epochs), *extra), timeout=400)
     code = again.wait(400)
     out = again.output
     assert code == 0, out[-3000:]
     assert f"CKPT_RESTORED step={step}" in out, out[-3000:]
-    _assert_dumps_equal(tmp_path / "dump" / f"saved-{step}.npz",
+    assert_dumps_equal(tmp_path / "dump" / f"saved-{step}.npz",
                         tmp_path / "dump" / f"restored-{step}.npz")
     restored = np.load(tmp_path / "dump" / f"restored-{step}.npz")
     assert int(restored["iterations"]) == step
@@ -84,8 +77,8 @@ def test_chief_killed_during_save_then_resume(tmp_path):
     ckpt-20 stays the newest checkpoint, the partial temp directory is never
     listed, and a new cluster restores ckpt-20 and trains on, writing deltas
     again (the restore rebuilt the row index) and removing the leftover."""
-    first = _Cluster(2, 2, _args(tmp_path, "--epochs", "5", "--incremental",
-                                 "--pause_at_save", "3"))
+    first = start_cluster(2, 2, _args(tmp_path, "--epochs", "5", "--incremental",
+                                 "--pause_at_save", "3"), timeout=400)
     try:
         line = first.read_until(r"FAULT_IN_SAVE tmp=", 300)
         assert line, first.output[-3000:]
@@ -94,8 +87,8 @@ def test_chief_killed_during_save_then_resume(tmp_path):
         os.kill(first.pids["chief"], signal.SIGKILL)
         code = first.wait(60)
     finally:
-        first.kill_all()
-    _wait_stopped(first)
+        assert not first.kill_all(), "still running after SIGKILL"
+    assert_all_stopped(first)
     assert code == 256 - signal.SIGKILL, first.output[-2000:]  # the launcher exits with the chief's -9
     assert "[launch] done, exit -9" in first.output
     assert os.path.isdir(tmp) and any(
@@ -114,7 +107,7 @@ def test_worker_then_ps_killed_exit_3_then_resume(tmp_path):
     worker:0 alone and the next saves (20, 30) still come, with the step
     count exact. Then SIGKILL of ps:1: the chief exits 3 naming ps:1. A new
     cluster restores the newest checkpoint bit-exactly and finishes."""
-    first = _Cluster(2, 2, _args(tmp_path, "--epochs", "6", "--sleep", "0.5"))
+    first = start_cluster(2, 2, _args(tmp_path, "--epochs", "6", "--sleep", "0.5"), timeout=400)
     try:
         assert first.read_until(r"CKPT_SAVED step=10\b", 300), first.output[-3000:]
         os.kill(first.pids["worker:1"], signal.SIGKILL)
@@ -122,8 +115,8 @@ def test_worker_then_ps_killed_exit_3_then_resume(tmp_path):
         os.kill(first.pids["ps:1"], signal.SIGKILL)
         code = first.wait(180)
     finally:
-        first.kill_all()
-    _wait_stopped(first)
+        assert not first.kill_all(), "still running after SIGKILL"
+    assert_all_stopped(first)
     out = first.output
     assert code == 3, out[-3000:]
     lost = re.search(r"FAULT_LOST_PS lost parameter server task\(s\) (.*)", out)
@@ -225,14 +218,14 @@ def test_worker_killed_mid_epoch_step_may_run_twice(tmp_path):
     worker's step may already have applied its update on the ps, so it can
     count twice (at-least-once): the optimizer ends at 300 or 301, not
     exactly 300, and later checkpoints are numbered accordingly."""
-    first = _Cluster(2, 2, _args(tmp_path, "--epochs", "3", "--rows", "6400"))
+    first = start_cluster(2, 2, _args(tmp_path, "--epochs", "3", "--rows", "6400"), timeout=400)
     try:
         assert first.read_until(r"CKPT_SAVED step=100\b", 300), first.output[-3000:]
         time.sleep(1.5)  # into epoch 2
         os.kill(first.pids["worker:1"], signal.SIGKILL)
         code = first.wait(300)
     finally:
-        first.kill_all()
+        assert not first.kill_all(), "still running after SIGKILL"
     out = first.output
     assert code == 1 and "[launch] worker:1 exited with -9" in out, out[-3000:]
     done = int(re.search(r"CKPT_DONE iterations=(\d+)", out).group(1))

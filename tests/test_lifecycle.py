@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import glob
 import json
+import sys
 import os
 
 import h5py
@@ -380,20 +381,21 @@ def test_dev_head10k_min_count_2_drops_exactly_the_singletons():
 
 # ------------------------------------------- ParameterServerStrategy cluster
 def test_each_ps_enforces_its_shard_cap_and_eviction(tmp_path):
-    from tests.test_distributed import TRAIN, Cluster, _summary  # noqa: PLC0415
+    from tests.support.cluster import (  # noqa: PLC0415
+        assert_all_stopped, cluster as start_cluster)
     data_file("criteo/dev_head10k.tsv")
     cfg = str(ROOT / "configs" / "wide_deep_criteo.cfg")
     max_rows = 3000
-    cluster = Cluster(2, 1, TRAIN + [
+    cluster = start_cluster(2, 1, [sys.executable, "-m", "tnet.train",
         f"--flagfile={cfg}", f"--model_dir={tmp_path / 'run'}",
         "--train_rows=2000", "--eval_rows=500", "--epochs=2",
         "--hidden_units=16", f"--max_rows={max_rows}", "--min_count=2",
         "--maintenance_every_n_steps=4", "--ttl_steps=3",
         "--show_decay_rate=0.9"])
     code = cluster.wait(600)
-    cluster.assert_all_stopped()
+    assert_all_stopped(cluster)
     assert code == 0, cluster.output[-3000:]
-    summary = _summary(tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["cluster"]["ps"] == 2
     for name, table in summary["tables"].items():
         shards = table["rows_per_shard"]

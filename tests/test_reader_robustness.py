@@ -28,7 +28,7 @@ import pytest
 import tnet as tn
 import tnet.data as td
 from tests.conftest import data_file
-from tests.test_data import assert_same_batches, collect, python_criteo
+from tests.support.readers import assert_same_batches, collect, python_criteo
 from tnet.data import _rows
 from tnet.data.avazu import AVAZU_CSV, AVAZU_RAW_COLUMNS
 from tnet.data.criteo import CRITEO_TSV
@@ -217,7 +217,7 @@ def test_criteo_corpus_skip_matches_python_model(tmp_path, criteo_lines, seed, b
     assert (stats.lines_read, stats.rows, stats.skipped) == (len(ref), len(kept), len(bad))
     assert _example_lines(stats, path) == bad  # every skipped row, in order
     feats, labels = collect(td.criteo_dataset(path, 64, bad_rows="skip"))
-    from tests.test_data import assert_criteo_equal
+    from tests.support.readers import assert_criteo_equal
     assert_criteo_equal(feats, labels, *python_criteo(kept))
 
 

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import tnet as tn
 from tests.conftest import ROOT, data_file
+from tests.support.cluster import cluster as start_cluster
 from tnet.data import movielens
 from tnet.models import TwoTower
 
@@ -236,20 +237,14 @@ def test_cold_start_falls_back_to_features_and_history(data, trained):
 # ------------------------------------------------------------- cluster
 def test_config_trains_on_a_ps_cluster(tmp_path):
     data_file("movielens/ml-100k_ua.base")
-    env = dict(os.environ)
-    env.pop("TF_CONFIG", None)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, str(ROOT / "tools" / "launch_local.py"), "--ps",
-           "2", "--workers", "1", "--timeout", "500", "--",
-           sys.executable, "-m", "tnet.train",
-           f"--flagfile={ROOT / 'configs' / 'two_tower_movielens.cfg'}",
-           "--epochs=1", "--batch_size=1024",
-           f"--model_dir={tmp_path / 'run'}",
-           f"--export_dir={tmp_path / 'export'}",
-           f"--data_cache_dir={tmp_path / 'cache'}"]
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    run = start_cluster(2, 1, [
+        sys.executable, "-m", "tnet.train",
+        f"--flagfile={ROOT / 'configs' / 'two_tower_movielens.cfg'}",
+        "--epochs=1", "--batch_size=1024",
+        f"--model_dir={tmp_path / 'run'}",
+        f"--export_dir={tmp_path / 'export'}",
+        f"--data_cache_dir={tmp_path / 'cache'}"], timeout=500)
+    assert run.wait(600) == 0, run.output[-6000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["cluster"] == {"ps": 2, "workers": 1}
     assert summary["eval"]["examples"] == 9430

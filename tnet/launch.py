@@ -13,24 +13,26 @@ started when the chief exits, on Ctrl-C or SIGTERM. Its exit status is the
 chief's, or 1 if the chief succeeded but a ps/worker task died on its own.
 
 Each task's pid is printed as `[launch] <task> pid=<pid>` (tests use it to
-inject faults). Traffic stays on 127.0.0.1, and every task listens only on
+inject faults). `LocalCluster` below runs the launcher in the background
+from Python (tests, soak and benchmarks share it). Traffic stays on 127.0.0.1, and every task listens only on
 127.0.0.1 (tnet/bind.py preloads a bind library; TNET_BIND=all turns that
 off; see SECURITY.md).
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import pathlib
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import importlib.util
-import pathlib
 import time
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, TextIO
 
 HOST = "127.0.0.1"
 HERE = pathlib.Path(__file__).resolve().parent   # the tnet package
@@ -171,6 +173,156 @@ def run(num_ps: int, num_workers: int, command: List[str],
             signal.signal(s, handler)
     print(f"[launch] done, exit {status}", flush=True)
     return status
+
+
+_PID_LINE = re.compile(r"\[launch\] (\S+) pid=(\d+)")
+
+
+def process_running(pid: int) -> bool:
+    """True unless the process is gone or a zombie (a killed launcher can no
+    longer reap its tasks)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+class LocalCluster:
+    """This launcher in the background: a cluster on 127.0.0.1 whose chief
+    runs `command`, driven from Python.
+
+    Collects the output (`lines`, `output`) and each task's pid (`pids`) in a
+    reader thread; `read_until` waits for a line, `wait` for the end, `stop`
+    asks the launcher to stop its tasks (SIGTERM), `kill_all` SIGKILLs every
+    process (fault injection). `env` defaults to this process's environment
+    without TF_CONFIG; `pythonpath` is prepended to PYTHONPATH; `on_line` is
+    called with every line and `log` gets a copy of them.
+    """
+
+    def __init__(self, ps: int, workers: int, command: List[str], *,
+                 timeout: Optional[float] = 600, cwd: Optional[str] = None,
+                 env: Optional[Dict[str, str]] = None,
+                 pythonpath: Optional[str] = None,
+                 on_line: Optional[Callable[[str], None]] = None,
+                 log: Optional[TextIO] = None):
+        env = dict(os.environ if env is None else env)
+        env.pop("TF_CONFIG", None)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        if pythonpath:
+            env["PYTHONPATH"] = (str(pythonpath) + os.pathsep
+                                 + env.get("PYTHONPATH", ""))
+        self.command = [sys.executable, str(HERE / "launch.py"),
+                        "--ps", str(ps), "--workers", str(workers)]
+        if timeout:
+            self.command += ["--timeout", str(timeout)]
+        self.command += ["--"] + list(command)
+        self.proc = subprocess.Popen(
+            self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace", cwd=cwd, env=env,
+            start_new_session=True)
+        self.lines: List[str] = []
+        self.pids: Dict[str, int] = {}
+        self._on_line, self._log = on_line, log
+        self._changed = threading.Condition()
+        self._eof = False
+        self._cursor = 0  # read_until goes on after its last match
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            m = _PID_LINE.match(line)
+            with self._changed:
+                if m:
+                    self.pids[m.group(1)] = int(m.group(2))
+                self.lines.append(line)
+                self._changed.notify_all()
+            if self._log is not None:
+                self._log.write(line)
+            if self._on_line is not None:
+                self._on_line(line)
+        with self._changed:
+            self._eof = True
+            self._changed.notify_all()
+
+    def read_until(self, pattern: str, timeout: float) -> Optional[str]:
+        """The next output line (after the last one this returned) matching
+        `pattern` (a regex), waiting up to `timeout` s; None on timeout or
+        when the launcher has exited without printing one."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                while self._cursor < len(self.lines):
+                    line = self.lines[self._cursor]
+                    self._cursor += 1
+                    if regex.search(line):
+                        return line
+                left = deadline - time.monotonic()
+                if self._eof or left <= 0:
+                    return None
+                self._changed.wait(min(left, 1.0))
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        """The launcher's exit status; SIGKILLs everything on timeout."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_all()
+        self._reader.join(timeout=10)
+        return self.proc.returncode
+
+    def stop(self, grace: float = 60.0) -> None:
+        """SIGTERM to the launcher (it stops its tasks, up to 10 s each), then
+        SIGKILL to its process group if it is still there after `grace`."""
+        if self.proc.poll() is not None:
+            return
+        try:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            _killpg(self.proc.pid)
+            self.proc.wait()
+        except ProcessLookupError:
+            pass
+
+    def kill_all(self, settle: float = 10.0) -> List[str]:
+        """SIGKILLs the launcher and every task it started; returns the
+        tasks still running after `settle` seconds (none, normally)."""
+        for pid in [self.proc.pid] + list(self.pids.values()):
+            _killpg(pid)
+        self.proc.wait()
+        deadline = time.monotonic() + settle
+        alive = self.alive()
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.2)
+            alive = self.alive()
+        return alive
+
+    def alive(self) -> List[str]:
+        """Names of the tasks whose process is still running."""
+        return [n for n, pid in self.pids.items() if process_running(pid)]
+
+    @property
+    def output(self) -> str:
+        with self._changed:
+            return "".join(self.lines)
+
+    def __enter__(self) -> "LocalCluster":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        self._reader.join(timeout=10)
+
+
+def _killpg(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def main(argv: Optional[List[str]] = None) -> int:

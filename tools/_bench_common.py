@@ -287,3 +287,16 @@ def header_markdown(info: dict[str, Any], title: str) -> str:
         f"- python {v['python']}, tensorflow {v['tensorflow']}, "
         f"numpy {v['numpy']}",
     ])
+
+
+def local_cluster(*args, **kwargs):
+    """tnet.launch.LocalCluster(*args, **kwargs), loaded by path so that a
+    monitoring script (tools/soak.py) never imports TensorFlow."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "_tnet_launch", os.path.join(REPO_ROOT, "tnet", "launch.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kwargs.setdefault("cwd", REPO_ROOT)
+    kwargs.setdefault("pythonpath", REPO_ROOT)
+    return module.LocalCluster(*args, **kwargs)

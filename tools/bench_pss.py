@@ -3,7 +3,7 @@
     python tools/bench_pss.py            # WD-400, docs/BENCHMARK_PROTOCOL.md
     python tools/bench_pss.py --quick    # small, checks the script works
 
-Local clusters on 127.0.0.1 (tools/launch_local.py: 1 chief + W workers +
+Local clusters on 127.0.0.1 (tnet.launch.LocalCluster: 1 chief + W workers +
 P ps, each a separate process) for two shapes, 2 workers / 2 ps and
 1 worker / 1 ps. EVERY PROCESS OF A CLUSTER SHARES THE SAME 2 CORES of this
 machine: the figures are for ratios and bytes per step, not for scaling.
@@ -38,7 +38,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import time
 
@@ -155,8 +154,8 @@ def _raise_interrupted(signum, frame):
 def run_cluster(args, data, impl, workers, ps, log_path) -> dict:
     """One fresh cluster, one chief run; returns the PSS_RESULT dict.
 
-    launch_local runs in its own session (a terminal's Ctrl-C reaches only
-    this script, which then asks launch_local to stop: it stops its tasks).
+    The launcher runs in its own session (a terminal's Ctrl-C reaches only
+    this script, which then asks the launcher to stop: it stops its tasks).
     """
     chief = [sys.executable, os.path.join(REPO, "tools", "_pss_chief.py"),
              "--impl", impl, "--train", data["train"],
@@ -164,29 +163,24 @@ def run_cluster(args, data, impl, workers, ps, log_path) -> dict:
              "--steps", str(args.steps), "--epochs", str(args.epochs),
              "--warmup_steps", str(args.warmup_steps),
              "--eval_rows", str(args.eval_rows)]
-    cmd = [sys.executable, os.path.join(REPO, "tools", "launch_local.py"),
-           "--ps", str(ps), "--workers", str(workers),
-           "--timeout", str(args.timeout), "--", *chief]
-    env = dict(os.environ)
-    env.pop("TF_CONFIG", None)
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     result, lines = None, []
+
+    def on_line(line):
+        nonlocal result
+        lines.append(line)
+        if line.startswith("[chief] PSS_RESULT "):
+            result = json.loads(line[len("[chief] PSS_RESULT "):])
+
     t0 = time.perf_counter()
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True,
-                                errors="replace", cwd=REPO, env=env,
-                                start_new_session=True)
+        cluster = bc.local_cluster(ps, workers, chief, timeout=args.timeout,
+                                   log=log, on_line=on_line)
         try:
-            for line in proc.stdout:
-                log.write(line)
-                lines.append(line)
-                if line.startswith("[chief] PSS_RESULT "):
-                    result = json.loads(line[len("[chief] PSS_RESULT "):])
-            proc.wait()
+            cluster.wait()
         except BaseException:
-            stop_launcher(proc)
+            cluster.stop()
             raise
+    proc = cluster.proc
     if proc.returncode != 0 or result is None:
         tail = "".join(lines[-30:])
         raise RuntimeError(f"{impl} {workers}w/{ps}ps failed (exit "
@@ -194,24 +188,6 @@ def run_cluster(args, data, impl, workers, ps, log_path) -> dict:
     result["wall_seconds"] = time.perf_counter() - t0
     result["log"] = log_path
     return result
-
-
-def stop_launcher(proc) -> None:
-    """SIGTERM to launch_local (it stops its tasks: up to 10 s each), then
-    SIGKILL to its process group if it is still there after 60 s."""
-    if proc.poll() is not None:
-        return
-    try:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    except ProcessLookupError:
-        pass
 
 
 # ---------------------------------------------------------------- report

@@ -3,7 +3,7 @@
     python tools/soak.py                 # 10 minutes, 2 ps x 2 workers
     python tools/soak.py --minutes 2     # quick look (the verdict needs >= 5)
 
-Starts `tools/launch_local.py` with `tools/_soak_chief.py` as the chief (a
+Starts a local cluster (tnet.launch.LocalCluster) with `tools/_soak_chief.py` as the chief (a
 Wide&Deep on generated data whose ids come from a bounded key space, with a
 checkpoint every few epochs), samples the resident memory (VmRSS) of every
 process of the cluster every few seconds, and reads the tables' live rows
@@ -26,9 +26,7 @@ import argparse
 import datetime
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -36,7 +34,8 @@ from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tools import procfs  # noqa: E402
-from tools._bench_common import RESULTS_DIR, REPO_ROOT, run_info  # noqa: E402
+from tools._bench_common import (RESULTS_DIR, REPO_ROOT, local_cluster,  # noqa: E402
+                                 run_info)
 
 MB = 1 << 20
 
@@ -54,33 +53,28 @@ class ClusterRun:
                  "--minutes", str(args.minutes), "--keys", str(args.keys),
                  "--batch", str(args.batch), "--steps_per_epoch", str(args.steps_per_epoch),
                  "--checkpoint_every", str(args.checkpoint_every)]
-        self.command = [sys.executable, os.path.join(REPO_ROOT, "tools", "launch_local.py"),
-                        "--ps", str(args.ps), "--workers", str(args.workers),
-                        "--timeout", str(args.minutes * 60 + 600), "--"] + chief
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-        env.pop("TF_CONFIG", None)
-        self.proc = subprocess.Popen(self.command, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
-                                     env=env, start_new_session=True)
-        self.pids: Dict[str, int] = {"launcher": self.proc.pid}
         self.tables: List[Dict[str, Any]] = []
         self.tail: List[str] = []
         self.start = time.monotonic()
         self.lock = threading.Lock()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+        self.cluster = local_cluster(args.ps, args.workers, chief,
+                                     timeout=args.minutes * 60 + 600, env=env,
+                                     on_line=self._line)
+        self.command = self.cluster.command
+        self.proc = self.cluster.proc
 
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            m = re.match(r"\[launch\] (\S+) pid=(\d+)", line)
-            with self.lock:
-                if m:
-                    self.pids[m.group(1)] = int(m.group(2))
-                elif "SOAK {" in line:
-                    record = json.loads(line.split("SOAK ", 1)[1])
-                    record["wall"] = round(time.monotonic() - self.start, 2)
-                    self.tables.append(record)
-                self.tail = (self.tail + [line])[-200:]
+    @property
+    def pids(self) -> Dict[str, int]:
+        return dict(self.cluster.pids, launcher=self.proc.pid)
+
+    def _line(self, line: str) -> None:
+        with self.lock:
+            if "SOAK {" in line:
+                record = json.loads(line.split("SOAK ", 1)[1])
+                record["wall"] = round(time.monotonic() - self.start, 2)
+                self.tables.append(record)
+            self.tail = (self.tail + [line])[-200:]
 
 
 def _median_in(samples: List[Dict[str, Any]], name: str, lo: float, hi: float) -> Optional[float]:
@@ -202,7 +196,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             pids = dict(run.pids)
         samples.append({"t": round(t, 2), "rss": {n: rss_bytes(pid) for n, pid in pids.items()}})
         time.sleep(args.sample_seconds)
-    run.reader.join(timeout=10)
+    run.cluster.wait()
     code = run.proc.returncode
     if not run.tables:
         print("".join(run.tail[-60:]))

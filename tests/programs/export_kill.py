@@ -19,7 +19,7 @@ import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
-from tests.test_checkpoint import dataset, fit, tiny  # noqa: E402
+from tests.support.ckpt import dataset, fit, tiny  # noqa: E402
 
 
 def main(directory: str) -> None:
