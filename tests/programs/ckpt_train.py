@@ -1,4 +1,4 @@
-"""Training program for tests/test_checkpoint.py's kill-and-resume tests.
+"""Training program for tests/test_checkpoint_resume.py's kill-and-resume tests.
 
 Trains a small Wide&Deep (tn.models.WideDeep) on deterministic synthetic
 rows with tn.callbacks.Checkpoint, in one process or as the chief of a

@@ -2,7 +2,7 @@
 
     python export_kill.py DIR
 
-Trains the tiny model of tests/test_checkpoint.py, exports version DIR/1,
+Trains the tiny model of tests/support/ckpt.py, exports version DIR/1,
 writes DIR/sample.npz (serving inputs and the model's predictions), then
 starts exporting DIR/2 and, once the SavedModel files are written into the
 export's temporary directory (before it is renamed into place), prints

@@ -1,5 +1,6 @@
 """The small checkpoint models and their comparisons, shared by
-test_checkpoint.py, test_faults.py and tests/programs/export_kill.py."""
+test_checkpoint.py, test_checkpoint_resume.py, test_faults.py and
+tests/programs/export_kill.py."""
 from __future__ import annotations
 
 import numpy as np
