@@ -170,6 +170,32 @@ def test_cases_that_once_aborted_are_rejected(name):
     assert proc.stdout.strip().splitlines()[-1] == want
 
 
+def test_zero_element_string_input_of_huge_shape_is_cheap():
+    """make fuzz (seed 1795424297) lost a batch to the OOM killer: the
+    harness built a string tensor of shape [100000, 4096, 0] through nested
+    Python lists (24 GB). Replayed under a 6 GB data limit, so a regression
+    fails fast instead of exhausting the machine."""
+    case = {"op": "SparseTableExport", "handle": "hashtable", "graph": False,
+            "generic": True, "attrs": {"dim": 0}, "args": {
+                "cursor": {"value": 5, "shape": [2, 1, 4096],
+                           "dtype": "int64", "seed": 37860, "fill": "range"},
+                "max_rows": {"value": -2**40, "shape": [100000, 4096, 0],
+                             "seed": 65536, "fill": "with_inf",
+                             "dtype": "string"}}}
+
+    def limit():
+        import resource
+        resource.setrlimit(resource.RLIMIT_DATA, (6 << 30, 6 << 30))
+
+    proc = subprocess.run(
+        [sys.executable, str(PROGRAM), "--replay", json.dumps(case)],
+        capture_output=True, text=True, timeout=300, preexec_fn=limit,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] in ("python_rejected",
+                                                     "invalid_argument")
+
+
 def test_shape_functions_reject_every_extreme_dim_in_every_graph_mode(
         tmp_path):
     """Each op's shape function with dim 0, negative, above the maximum and

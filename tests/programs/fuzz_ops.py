@@ -100,8 +100,11 @@ def _tensor(spec: dict, case: dict, pool: Pool, arg: str) -> tf.Tensor:
         spec = dict(spec, value=pool.cursors[case["handle"]])
     value = fc.materialize(spec)
     if spec["dtype"] == "string":
-        return tf.constant(value.tolist() if value.ndim else value.item(),
-                           tf.string, shape=value.shape)
+        # Flat, then reshaped: `tolist()` of a zero-element array such as
+        # [100000, 4096, 0] builds 409M empty Python lists (24 GB).
+        flat = tf.constant(value.reshape(-1).tolist(), tf.string,
+                           shape=[value.size])
+        return tf.reshape(flat, value.shape)
     return tf.constant(value)
 
 
