@@ -27,6 +27,7 @@ Feature lifecycle (all of it runs inside each shard, on its ps):
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any, Sequence
@@ -106,6 +107,18 @@ def _initializer_attrs(initializer: Any, dim: int, seed: int) -> dict:
         params = [float(cfg.get("mean", 0.0)),
                   float(cfg.get("stddev", default_std))]
     return {"initializer": kind, "initializer_params": params, "seed": seed}
+
+
+@functools.lru_cache(maxsize=None)
+def _export_function(dim: int):
+    """SparseTableExport as a tf.function of (handle, cursor, max_rows)."""
+    @tf.function(input_signature=[tf.TensorSpec([], tf.resource),
+                                  tf.TensorSpec([], tf.int64),
+                                  tf.TensorSpec([], tf.int64)],
+                 autograph=False)
+    def export(handle, cursor, max_rows):
+        return _ops.sparse_table_export(handle, cursor, max_rows, dim=dim)
+    return export
 
 
 class _TableShard(tf.saved_model.experimental.TrackableResource):
@@ -352,10 +365,17 @@ class SparseTable(tf.Module):
         meta columns are (show, click, last_step); next_cursor is -1 at the
         end. Loop until it is -1 to stream a shard in bounded chunks.
         """
-        return _ops.sparse_table_export(
-            self.shards[shard].resource_handle,
-            tf.cast(cursor, tf.int64), tf.cast(max_rows, tf.int64),
-            dim=self.dim)
+        handle = self.shards[shard].resource_handle
+        cursor = tf.cast(cursor, tf.int64)
+        max_rows = tf.cast(max_rows, tf.int64)
+        if tf.inside_function():
+            return _ops.sparse_table_export(handle, cursor, max_rows,
+                                            dim=self.dim)
+        # Eagerly, through one traced function per dim: called from a
+        # chief on a ps-placed shard, the bare eager op left ~10 KB on the
+        # ps per call (a checkpoint streams many chunks); the function
+        # call does not (BENCHMARKS.md, Reliability: checkpoint memory).
+        return _export_function(self.dim)(handle, cursor, max_rows)
 
     def export(self, max_rows_per_call: int = 1 << 20):
         """Eagerly exports every live row: (keys, weights, slots, meta)."""
