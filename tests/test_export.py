@@ -23,6 +23,7 @@ from tnet.layers import lookup
 from tnet.models import DCN, DeepFM, WideDeep
 from tnet.saving import export as export_lib
 from tnet.saving import op_check
+from tnet import scopes
 from tnet.saving import export_for_serving
 
 CATEGORICAL = ["C1", "C2", "C3"]
@@ -259,7 +260,7 @@ def test_export_fails_loudly_if_a_table_op_remains(exports, tmp_path,
                                                    monkeypatch):
     """If the serving override were not honoured, nothing is exported."""
     import contextlib
-    monkeypatch.setattr(lookup, "serving_lookups",
+    monkeypatch.setattr(scopes, "serving_lookups",
                         lambda overrides: contextlib.nullcontext())
     target = tmp_path / "bad"
     with pytest.raises(RuntimeError, match="SparseTablePull"):
