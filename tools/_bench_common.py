@@ -29,7 +29,10 @@ import sys
 import time
 from typing import Any, Callable, Iterable, Sequence
 
-from tools import procfs
+try:
+    from tools import procfs
+except ImportError:  # run as tools/<script>.py with only tools/ on sys.path
+    import procfs
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join(REPO_ROOT, "bench", "results")
