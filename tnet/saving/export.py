@@ -292,7 +292,7 @@ def _write(model, path: str, quantize: Optional[str],
     # tables and variables are created and the model is traced. (The saver
     # re-creates resources from their own `device=` argument, which is
     # unset here, and writes no variable devices; see also
-    # _strip_cluster_devices.)
+    # op_check.strip_cluster_devices.)
     with tf.device(None):
         serving = {}
         for name in sorted(tables):
