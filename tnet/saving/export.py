@@ -4,23 +4,24 @@ A tnet model reads its embeddings through custom ops on `SparseTable`
 resources, which neither TF Serving nor a plain `tf.saved_model.load` can run.
 The export therefore replaces every table by stock TensorFlow:
 
-* `keys -> row index`: a `tf.lookup.experimental.MutableHashTable` (int64 ->
-  int64) holding the table's live keys, with default value N (the number of
-  live rows) for unknown keys.
-* `row index -> weights`: an embedding matrix `[N + 1, dim]` whose last row
-  is all zeros, so an unknown id reads zeros exactly as tnet's inference pull
-  does. Optionally stored as float16, or as int8 with one float32 scale per
-  row (`max|w| / 127`); it is dequantized after the gather, so only the rows
-  a request touches are ever converted.
+* `keys`: the table's live keys, mixed by a bijective 64-bit function of
+  stock bitwise ops and sorted, plus a sentinel; a lookup is one
+  `tf.searchsorted` (binary search) and one `tf.gather`.
+* `matrix` `[N + 1, dim]`: the rows in key order and an all-zero last row,
+  so an unknown id reads zeros exactly as tnet's inference pull does.
+  Optionally float16, or int8 with one float32 scale per row
+  (`max|w| / 127`); it is dequantized after the gather, so only the rows a
+  request touches are ever converted.
 
-Both live in the SavedModel's `variables/` files, not in `saved_model.pb`: a
-production table has 10M+ rows, and graph constants (what a `StaticHashTable`
-with a `KeyValueTensorInitializer` or a constant matrix would become) bloat
-the graph proto, which protobuf caps at 2 GB, and every loader parses it.
-`MutableHashTable` saves its contents through the checkpoint like a variable.
-`DenseHashTable` would too, but it rejects a lookup of its reserved
-`empty_key` / `deleted_key` with an error, so one request carrying that id
-would fail; `MutableHashTable` has no reserved key.
+Both live in the SavedModel's `variables/` files, not in `saved_model.pb`
+(graph constants bloat the graph proto, which protobuf caps at 2 GB). They
+are written in slices, bucket by bucket, after the model is saved with
+empty placeholders (`serving_table.write_sliced`): the export's memory is
+the table plus about one million rows, whatever the table's size, and the
+served process holds exactly the payload (8 bytes of key plus the row).
+Earlier exports (format 1) used a `MutableHashTable`, which at 200M rows
+needed several times the payload to export and to load (BENCHMARKS.md,
+"Scale").
 
 The model is then traced as `serve(features) -> {"prediction": ...}` inside
 `tnet.scopes.serving_lookups`, which makes every fused lookup call the
@@ -78,8 +79,8 @@ from tnet import scopes
 from tnet.saving.op_check import (ops_of, raise_if_tnet_ops,  # noqa: F401
                                   stock_op_types, strip_cluster_devices,
                                   tnet_ops_in)
-from tnet.saving.serving_table import (ServingTable, export_weights,  # noqa: F401
-                                       int8_pays, quantize_int8, unique_keys)
+from tnet.saving.serving_table import (ServingTable, int8_pays,  # noqa: F401
+                                       quantize_int8, write_sliced)
 from tnet.saving.signature import Signature
 from tnet.saving.signature import input_signature as input_signature_of
 from tnet.table import SparseTable
@@ -91,6 +92,7 @@ QUANTIZE_MODES = (None, "float16", "int8")
 SIGNATURE_KEY = "serving_default"
 OUTPUT_KEY = "prediction"
 INFO_FILE = "export_info.json"
+SCRATCH_DIR = ".tnet-scratch"  # inside the temporary export dir
 
 
 def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
@@ -227,16 +229,22 @@ def _check_free_space(model, parent: str, export_dir: str,
                       quantize: Optional[str]) -> None:
     """Refuses an export that cannot fit, before writing anything.
 
-    The estimate is what the SavedModel's variables hold: per row the key
-    and row number of the hash table (12 bytes) and the weights in the
-    export's dtype, plus the dense variables; the graph is small. A disk
-    that fills during the write still ends in ExportWriteError.
+    The estimate is what the SavedModel's variables hold: per row the
+    8-byte key and the weights in the export's dtype, plus the dense
+    variables (the graph is small), plus the largest table's spilled rows
+    (key + float32 weights), which sit beside the export while it is
+    written. A disk that fills during the write still ends in
+    ExportWriteError.
     """
     width = {None: 4, "float16": 2, "int8": 1}[quantize]
     need = 1 << 20
+    spill = 0
     for table in getattr(model, "tables", dict)().values():
         extra = 4 if quantize == "int8" else 0
-        need += int(table.size()) * (12 + table.dim * width + extra)
+        rows = int(table.size())
+        need += rows * (8 + table.dim * width + extra)
+        spill = max(spill, rows * (8 + 4 * table.dim))
+    need += spill
     for v in getattr(model, "variables", []):
         need += int(np.prod(v.shape)) * v.dtype.size
     free = _free_bytes(parent)
@@ -294,13 +302,13 @@ def _write(model, path: str, quantize: Optional[str],
     # unset here, and writes no variable devices; see also
     # op_check.strip_cluster_devices.)
     with tf.device(None):
-        serving = {}
-        for name in sorted(tables):
-            keys, padded = export_weights(tables[name])
-            serving[name] = ServingTable(name, unique_keys(name, keys),
-                                         padded, quantize)
-            del keys, padded
+        # Placeholders: the weights are written after the save, bucket by
+        # bucket (serving_table.write_sliced), never all in memory.
+        serving = {name: ServingTable(name, tables[name].dim, quantize)
+                   for name in sorted(tables)}
         module.tables = serving
+        module.streamed_variables = [v for name in sorted(serving)
+                                     for v in serving[name].placeholders()]
         overrides = {tables[n]: serving[n].lookup for n in serving}
 
         def serve(features):
@@ -335,15 +343,19 @@ def _write(model, path: str, quantize: Optional[str],
     module.dense_variables = dense
     tf.saved_model.save(module, path,
                         signatures={SIGNATURE_KEY: concrete})
+    scratch = os.path.join(path, SCRATCH_DIR)
+    write_sliced(path, module, [(serving[n], tables[n]) for n in
+                                sorted(serving)], scratch)
+    shutil.rmtree(scratch)
     strip_cluster_devices(path)
     raise_if_tnet_ops(tnet_ops_in(path), "saved")
     entries = {}
     for name, table in serving.items():
         entries[name] = {"rows": table.rows, "dim": table.dim,
-                         "dtype": table.matrix.dtype.name,
+                         "dtype": table.weight_dtype,
                          **table.payload_bytes()}
     return {
-        "format": 1,
+        "format": 2,  # 2: sorted mixed keys + searchsorted (1: hash table)
         "quantize": quantize,
         "signature": SIGNATURE_KEY,
         "inputs": {n: {"dtype": s.dtype.name, "shape": s.shape.as_list()}
