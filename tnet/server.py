@@ -10,7 +10,8 @@ The server joins in a daemon thread so the main thread stays free to handle
 signals (a Python signal handler never runs while the main thread is blocked
 in server.join()).
 
-Memory: the process pins glibc's mmap threshold (`pin_mmap_threshold`) so
+Memory: the process pins glibc's mmap threshold
+(`tnet.distribute.pin_mmap_threshold`; the chief pins it too) so
 that every large transient buffer (checkpoint export chunks, pushed
 gradients) is mmapped and returned to the OS when freed. With glibc's
 default dynamic threshold, the first large free raises the threshold to up
@@ -20,9 +21,6 @@ grew ~0.5 MB per checkpoint without bound in a 30-minute soak (measured:
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import os
 import signal
 import sys
 import threading
@@ -32,24 +30,7 @@ import tensorflow as tf
 
 from tnet import _ops  # noqa: F401  (registers the ops in this process)
 from tnet import bind, distribute
-
-
-_M_MMAP_THRESHOLD = -3         # mallopt parameter (glibc malloc.h)
-DEFAULT_MMAP_THRESHOLD = 128 * 1024
-
-
-def pin_mmap_threshold() -> bool:
-    """mallopt(M_MMAP_THRESHOLD, TNET_MMAP_THRESHOLD or 128 KiB): fixes the
-    threshold (which also turns off glibc's dynamic raising of it). 0 in
-    TNET_MMAP_THRESHOLD leaves malloc alone. False if not glibc."""
-    value = int(os.environ.get("TNET_MMAP_THRESHOLD", DEFAULT_MMAP_THRESHOLD))
-    if value <= 0:
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, value))
-    except (OSError, AttributeError):
-        return False
+from tnet.distribute import pin_mmap_threshold
 
 
 def main() -> int:

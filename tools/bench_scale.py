@@ -1,0 +1,481 @@
+"""The whole life of one big table, each stage in its own process.
+
+    python tools/bench_scale.py --rows 200000000      # make bench-scale
+    python tools/bench_scale.py --rows 1000000 --out /tmp/s.json  # quick
+
+Stages (one table, dim 8, RowwiseAdagrad, a `tn.Model` with one
+`EmbeddingFeatures` and a Dense head, one process per stage):
+
+1. `train_save`: creates every row with training pulls (keys spread over
+   int64), pushes one gradient to each, then `tn.saving.save`.
+2. `restore_export`: a fresh process restores the checkpoint (checked
+   bit-exact on a sample against the training process's predictions), then
+   `tn.saving.export_for_serving`.
+3. `serve`: a fresh process that never imports tnet loads the export with
+   `tf.saved_model.load`, checks the sample's predictions and times
+   requests at batch 1, 64 and 512 (p50 / p99 of single calls).
+
+For each stage: wall time of its step, the process's peak RSS (VmHWM),
+RSS growth over the step (VmHWM after a reset minus RSS before), disk
+bytes. Results: bench/results/scale-<date>.json and .md (or --out).
+Needs ~(70 B x rows) of RAM for the table and the same again of disk for
+the checkpoint, plus ~40 B x rows for the export.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from tools import procfs  # noqa: E402  (stdlib only)
+
+GiB = float(1 << 30)
+DIM = 8
+CHUNK = 1 << 20
+SAMPLE = 4096
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def status(field):
+    value = procfs.status_bytes(field)
+    return -1 if value is None else value
+
+
+class Step:
+    """Wall time and RSS growth of a block (VmHWM reset at the start)."""
+
+    def __enter__(self):
+        import ctypes
+        import gc
+        gc.collect()
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+        procfs.reset_peak()
+        self.rss_before = status("VmRSS")
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.t0
+        self.peak = status("VmHWM")
+        self.growth = self.peak - self.rss_before
+        return False
+
+    def json(self):
+        return {"seconds": self.seconds, "rss_before": self.rss_before,
+                "peak_rss": self.peak, "rss_growth": self.growth}
+
+
+def dir_bytes(path):
+    return sum(os.path.getsize(os.path.join(d, f))
+               for d, _, files in os.walk(path) for f in files)
+
+
+# ------------------------------------------------------------- tnet side
+def build_model():
+    import tnet as tn  # noqa: PLC0415  (first: selects tf_keras)
+    import tensorflow as tf  # noqa: PLC0415
+    import tf_keras  # noqa: PLC0415
+    col = tn.feature_column.embedding_column(
+        tn.feature_column.category_column("id"), DIM, table="ids")
+    inputs = {"id": tf_keras.Input((), dtype=tf.int64, name="id")}
+    emb = tn.layers.EmbeddingFeatures([col], name="emb")(inputs)
+    out = tf_keras.layers.Dense(1, name="out")(emb)
+    model = tn.Model(inputs, out)
+    model.compile(tn.optimizer.RowwiseAdagrad(0.05),
+                  tf_keras.losses.BinaryCrossentropy(from_logits=True))
+    return model
+
+
+def table_of(model):
+    tables = model.tables()
+    if len(tables) != 1:
+        for layer in model.tnet_layers():
+            layer._create_tables()  # noqa: SLF001
+        tables = model.tables()
+    (table,) = tables.values()
+    return table
+
+
+def ids(start, stop):
+    """Distinct ids spread over int64 (an odd multiplier mod 2^62)."""
+    import numpy as np  # noqa: PLC0415
+    k = np.arange(start, stop, dtype=np.uint64) * np.uint64(
+        0x9E3779B97F4A7C15 >> 2 | 1)
+    return (k & np.uint64((1 << 62) - 1)).astype(np.int64)
+
+
+def sample_ids(rows):
+    """Half known ids, half never seen (they must read the zero row)."""
+    import numpy as np  # noqa: PLC0415
+    rng = np.random.default_rng(7)
+    known = ids(0, rows)[rng.integers(0, rows, SAMPLE // 2)] if rows else \
+        np.zeros(0, np.int64)
+    unknown = ids(rows, rows + SAMPLE - known.size)
+    return np.concatenate([known, unknown])
+
+
+def stage_train_save(args):
+    import numpy as np  # noqa: PLC0415
+    import tnet as tn  # noqa: PLC0415
+    model = build_model()
+    out = {"rss_start": status("VmRSS")}
+    model.fit({"id": ids(0, 256)}, np.zeros(256, np.float32),
+              batch_size=256, epochs=1, verbose=0)
+    table = table_of(model)
+    step = int(model.optimizer.iterations.numpy())
+    rng = np.random.default_rng(1)
+    with Step() as create:
+        for a in range(0, args.rows, CHUNK):
+            k = ids(a, min(a + CHUNK, args.rows))
+            table.pull(k, training=True)
+            g = rng.normal(0, 0.1, (k.size, DIM)).astype(np.float32)
+            table.push(k, g, step=step, shows=np.ones(k.size, np.float32))
+            if a and a % (CHUNK * 20) == 0:
+                log(f"  created {a:,} rows, RSS {status('VmRSS') / GiB:.1f}"
+                    " GiB")
+    out["create"] = create.json()
+    out["rows"] = int(table.size())
+    out["table_bytes"] = int(table.memory_bytes())
+    sample = sample_ids(args.rows)
+    np.savez(os.path.join(args.work, "sample.npz"), id=sample,
+             __expected__=model.predict({"id": sample}, batch_size=SAMPLE,
+                                        verbose=0))
+    ckpt = os.path.join(args.work, "ckpt")
+    with Step() as save:
+        path = tn.saving.save(model, ckpt, progress=lambda _: None)
+    out["save"] = {**save.json(), "bytes": dir_bytes(path), "path": path}
+    return out
+
+
+def stage_restore_export(args):
+    import numpy as np  # noqa: PLC0415
+    import tnet as tn  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+    out = {"rss_start": status("VmRSS")}
+    model = build_model()
+    table_of(model)
+    with Step() as restore:
+        tn.saving.restore(model, os.path.join(args.work, "ckpt"),
+                          progress=lambda _: None)
+    sample = np.load(os.path.join(args.work, "sample.npz"))
+    got = model.predict({"id": sample["id"]}, batch_size=SAMPLE, verbose=0)
+    out["restore"] = {**restore.json(),
+                      "bit_exact": bool(np.array_equal(
+                          got, sample["__expected__"]))}
+    out["rows"] = int(table_of(model).size())
+    out["table_bytes"] = int(table_of(model).memory_bytes())
+    export = os.path.join(args.work, "export", "1")
+    shutil.rmtree(os.path.dirname(export), ignore_errors=True)
+    with Step() as exp:
+        tn.saving.export_for_serving(
+            model, export, quantize=args.quantize,
+            input_signature={"id": tf.TensorSpec([None], tf.int64)})
+    with open(os.path.join(export, "export_info.json")) as f:
+        info = json.load(f)
+    (entry,) = info["tables"].values()
+    out["export"] = {**exp.json(), "bytes": dir_bytes(export),
+                     "payload_bytes": entry["matrix_bytes"]
+                     + entry["scale_bytes"] + entry["index_bytes"],
+                     "quantize": args.quantize}
+    return out
+
+
+# ------------------------------------------------------------ stock side
+def stage_serve(args):
+    import numpy as np  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+    out = {"tnet_imported": "tnet" in sys.modules}
+    export = os.path.join(args.work, "export", "1")
+    with open(os.path.join(export, "export_info.json")) as f:
+        info = json.load(f)
+    (entry,) = info["tables"].values()
+    payload = (entry["matrix_bytes"] + entry["scale_bytes"]
+               + entry["index_bytes"])
+    tf.constant(0)  # TF's own start-up is not the model's load
+    with Step() as load:
+        loaded = tf.saved_model.load(export)
+        serve = loaded.signatures["serving_default"]
+    out["load"] = {**load.json(), "payload_bytes": payload,
+                   "rss_after": status("VmRSS")}
+    sample = np.load(os.path.join(args.work, "sample.npz"))
+    got = serve(id=tf.constant(sample["id"]))["prediction"].numpy()
+    diff = float(np.max(np.abs(got - sample["__expected__"])))
+    out["max_abs_diff"] = diff
+    rng = np.random.default_rng(3)
+    latency = {}
+    for batch in (1, 64, 512):
+        times = []
+        for i in range(args.calls + 20):
+            x = tf.constant(sample["id"][rng.integers(0, SAMPLE, batch)])
+            t0 = time.perf_counter()
+            serve(id=x)["prediction"].numpy()
+            if i >= 20:
+                times.append(time.perf_counter() - t0)
+        times.sort()
+        latency[str(batch)] = {"p50_ms": 1e3 * times[len(times) // 2],
+                               "p99_ms": 1e3 * times[int(len(times) * 0.99)]}
+    out["latency"] = latency
+    out["peak_rss"] = status("VmHWM")
+    return out
+
+
+# ---------------------------------------------- serving structure choice
+def stage_structures(args):
+    """Writes the same table (--structure_rows rows) as two serving
+    structures, each a SavedModel with signature lookup(keys) -> rows:
+    `hash`: a MutableHashTable key -> row number + a matrix variable (the
+    export format 1); `sorted`: tnet's streamed sorted mixed keys +
+    searchsorted (format 2)."""
+    import numpy as np  # noqa: PLC0415
+    import tnet as tn  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+    from tnet.saving import serving_table as st  # noqa: PLC0415
+    rows = args.structure_rows
+    table = tn.SparseTable("structures", DIM, num_shards=4)
+    rng = np.random.default_rng(5)
+    for a in range(0, rows, CHUNK):
+        k = ids(a, min(a + CHUNK, rows))
+        table.import_rows(k, rng.normal(size=(k.size, DIM)).astype(
+            np.float32), np.zeros((k.size, table.num_slots), np.float32),
+            np.zeros((k.size, 3)))
+    spec = [tf.TensorSpec([None], tf.int64)]
+    out = {}
+    base = os.path.join(args.work, "structures")
+    shutil.rmtree(base, ignore_errors=True)
+    # format 2
+    with Step() as write:
+        module = tf.Module()
+        serving = st.ServingTable("t", DIM, None)
+        module.table = serving
+        module.streamed_variables = serving.placeholders()
+        module.lookup = tf.function(serving.lookup, input_signature=spec)
+        path = os.path.join(base, "sorted")
+        tf.saved_model.save(module, path)
+        st.write_sliced(path, module, [(serving, table)],
+                        os.path.join(base, "scratch"))
+        shutil.rmtree(os.path.join(base, "scratch"))
+    out["sorted"] = {**write.json(), "bytes": dir_bytes(path)}
+    # format 1
+    with Step() as write:
+        keys, weights, _, _ = table.export()
+        n = int(keys.shape[0])
+        module = tf.Module()
+        module.index = tf.lookup.experimental.MutableHashTable(
+            tf.int64, tf.int32, default_value=n)
+        module.index.insert(keys, tf.range(n, dtype=tf.int32))
+        module.matrix = tf.Variable(tf.concat(
+            [weights, tf.zeros([1, DIM])], 0), trainable=False)
+        del keys, weights
+
+        def lookup(k):
+            i = module.index.lookup(k)
+            return tf.gather(module.matrix, i)
+        module.lookup = tf.function(lookup, input_signature=spec)
+        path = os.path.join(base, "hash")
+        tf.saved_model.save(module, path)
+    out["hash"] = {**write.json(), "bytes": dir_bytes(path)}
+    out["rows"] = rows
+    out["payload_bytes"] = (rows + 1) * (8 + 4 * DIM)
+    return out
+
+
+def stage_serve_structure(args):
+    """Loads structures/<--structure> without tnet; RSS and latency."""
+    import numpy as np  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+    path = os.path.join(args.work, "structures", args.structure)
+    tf.constant(0)
+    with Step() as load:
+        loaded = tf.saved_model.load(path)
+    rows = args.structure_rows
+    rng = np.random.default_rng(9)
+    known = ids(0, rows)
+    latency = {}
+    for batch in (1, 64, 512):
+        times = []
+        for i in range(args.calls + 20):
+            x = tf.constant(known[rng.integers(0, rows, batch)])
+            t0 = time.perf_counter()
+            loaded.lookup(x).numpy()
+            if i >= 20:
+                times.append(time.perf_counter() - t0)
+        times.sort()
+        latency[str(batch)] = {"p50_ms": 1e3 * times[len(times) // 2],
+                               "p99_ms": 1e3 * times[int(len(times) * 0.99)]}
+    return {"load": load.json(), "latency": latency,
+            "tnet_imported": "tnet" in sys.modules}
+
+
+STAGES = {"train_save": stage_train_save,
+          "restore_export": stage_restore_export, "serve": stage_serve}
+EXTRA_STAGES = {"structures": stage_structures,
+                "serve_structure": stage_serve_structure}
+
+
+def run_stage(args, name):
+    name, _, structure = name.partition(":")
+    cmd = [sys.executable, os.path.abspath(__file__), "--stage", name,
+           "--rows", str(args.rows), "--work", args.work,
+           "--calls", str(args.calls),
+           "--structure_rows", str(args.structure_rows)]
+    if structure:
+        cmd += ["--structure", structure]
+    if args.quantize:
+        cmd += ["--quantize", args.quantize]
+    env = dict(os.environ)
+    if name.startswith("serve"):  # a plain TF process, as a server is
+        env.pop("TF_USE_LEGACY_KERAS", None)
+    log(f"[{name}] {' '.join(cmd[1:])}")
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    for ln in proc.stdout.splitlines():
+        if not ln.startswith("{"):
+            log("  " + ln)
+    if proc.returncode != 0 or not lines:
+        return {"failed": True, "returncode": proc.returncode,
+                "process_seconds": wall}
+    result = json.loads(lines[-1])
+    result["process_seconds"] = wall
+    return result
+
+
+def markdown(info, args, res):
+    from tools import _bench_common as bc  # noqa: PLC0415
+    rows = args.rows
+    lines = [bc.header_markdown(info, f"Scale: one table of {rows:,} rows "
+                                f"(dim {DIM}, RowwiseAdagrad)"), "",
+             "| stage | time | process peak RSS | RSS growth in the step | "
+             "disk | result |", "|---|---|---|---|---|---|"]
+
+    def row(stage, step, result, disk=None):
+        if step is None:
+            lines.append(f"| {stage} | - | - | - | - | {result} |")
+            return
+        lines.append(
+            f"| {stage} | {step['seconds']:.1f} s | "
+            f"{step['peak_rss'] / GiB:.2f} GiB | "
+            f"{step['rss_growth'] / GiB:.2f} GiB | "
+            f"{'-' if disk is None else f'{disk / 1e9:.2f} GB'} | {result} |")
+
+    ts, re_, sv = (res.get(s, {}) for s in STAGES)
+    if ts.get("failed"):
+        row("create + save", None, f"failed (exit {ts['returncode']})")
+    elif ts:
+        row(f"create {ts['rows']:,} rows", ts["create"],
+            f"table {ts['table_bytes'] / GiB:.2f} GiB "
+            f"({ts['table_bytes'] / max(ts['rows'], 1):.0f} B/row)")
+        row("`tn.saving.save`", ts["save"], "ok", ts["save"]["bytes"])
+    if re_.get("failed"):
+        row("restore + export", None, f"failed (exit {re_['returncode']})")
+    elif re_:
+        row("`tn.saving.restore`, fresh process", re_["restore"],
+            "bit-exact" if re_["restore"]["bit_exact"] else "**differs**")
+        e = re_["export"]
+        row(f"`export_for_serving` (quantize={e['quantize']})", e,
+            f"payload {e['payload_bytes'] / GiB:.2f} GiB; peak / table = "
+            f"{e['peak_rss'] / max(re_['table_bytes'], 1):.2f}",
+            e["bytes"])
+    if sv.get("failed"):
+        row("load + serve without tnet", None,
+            f"failed (exit {sv['returncode']})")
+    elif sv:
+        ld = sv["load"]
+        lat = sv["latency"]
+        row("load without tnet", ld,
+            f"growth / payload = {ld['rss_growth'] / ld['payload_bytes']:.2f}"
+            f"; max |diff| {sv['max_abs_diff']:.1e}")
+        lines.append("")
+        lines.append("Serving latency (single calls, ms): " + ", ".join(
+            f"batch {b}: p50 {v['p50_ms']:.2f} / p99 {v['p99_ms']:.2f}"
+            for b, v in lat.items()) + ".")
+    st = res.get("structures")
+    if st and not st.get("failed"):
+        payload = st["payload_bytes"]
+        lines += ["", f"Serving structure, {st['rows']:,} rows of dim {DIM} "
+                  f"(payload {payload / GiB:.2f} GiB: key + float32 row), "
+                  "each written by the export process and loaded in a "
+                  "fresh process without tnet:", "",
+                  "| structure | export step growth | export bytes | "
+                  "load time | load RSS growth / payload | p50 / p99 ms "
+                  "b1 | b64 | b512 |", "|---|---|---|---|---|---|---|---|"]
+        for kind, label in (("hash", "MutableHashTable + matrix (format 1)"),
+                            ("sorted", "sorted mixed keys + searchsorted "
+                             "(format 2)")):
+            sv = res.get(f"serve_{kind}", {})
+            if sv.get("failed") or not sv:
+                lines.append(f"| {label} | - | - | failed | | | | |")
+                continue
+            w, ld, lat = st[kind], sv["load"], sv["latency"]
+            lines.append(
+                f"| {label} | {w['rss_growth'] / GiB:.2f} GiB | "
+                f"{w['bytes'] / 1e9:.2f} GB | {ld['seconds']:.1f} s | "
+                f"{ld['rss_growth'] / payload:.2f} | " + " | ".join(
+                    f"{lat[b]['p50_ms']:.2f} / {lat[b]['p99_ms']:.2f}"
+                    for b in ("1", "64", "512")) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=200_000_000)
+    p.add_argument("--work", default="/tmp/tnet-bench-scale")
+    p.add_argument("--quantize", default=None,
+                   choices=[None, "float16", "int8"])
+    p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--stage", choices=sorted({**STAGES, **EXTRA_STAGES}))
+    p.add_argument("--structure_rows", type=int, default=0,
+                   help="also compare the serving structures (MutableHashTable"
+                   " vs sorted keys) at this many rows (0: skip)")
+    p.add_argument("--structure", default=None)
+    p.add_argument("--stages", default=",".join(STAGES),
+                   help="comma-separated stages to run (default: all)")
+    p.add_argument("--out", default=None)
+    p.add_argument("--keep", action="store_true",
+                   help="keep the checkpoint and export in --work")
+    args = p.parse_args()
+    if args.stage:
+        fn = {**STAGES, **EXTRA_STAGES}[args.stage]
+        print(json.dumps(fn(args)), flush=True)
+        return 0
+    from tools import _bench_common as bc  # noqa: PLC0415
+    info = bc.run_info()
+    info["command"] = " ".join([os.path.basename(sys.executable)]
+                               + sys.argv)
+    os.makedirs(args.work, exist_ok=True)
+    res = {}
+    for name in filter(None, args.stages.split(",")):
+        res[name] = run_stage(args, name)
+        if res[name].get("failed"):
+            break
+    if args.structure_rows:
+        res["structures"] = run_stage(args, "structures")
+        for kind in ("hash", "sorted"):
+            res[f"serve_{kind}"] = run_stage(args, f"serve_structure:{kind}")
+    md = markdown(info, args, res)
+    log(md)
+    out = args.out or bc.default_out_path("scale")
+    bc.write_results(out, info, [], md, extra={"rows": args.rows,
+                                               "dim": DIM, "stages": res})
+    if not args.keep:
+        shutil.rmtree(args.work, ignore_errors=True)
+    log(f"wrote {out}")
+    return 1 if any(r.get("failed") for r in res.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
