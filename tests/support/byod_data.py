@@ -43,7 +43,7 @@ def rows(n: int, seed: int, users: int = 50) -> list[dict]:
         tags = [f"t{int(t)}" for t in rng.integers(0, 30, int(rng.integers(0, 4)))]
         history = [int(h) for h in rng.integers(100, 200, int(rng.integers(0, 6)))]
         price = float(np.round(rng.normal(), 3))
-        logit = truth[user] + (truth[500 + int(city[1:])] if city else 0.0) \
+        logit = truth[user % 500] + (truth[500 + int(city[1:])] if city else 0.0) \
             + 0.5 * price
         click = int(rng.random() < 1 / (1 + np.exp(-logit)))
         out.append({"click": click, "user_id": user, "city": city,
