@@ -7,6 +7,11 @@ and log loss on the hold-out; writes TensorBoard logs and `summary.json`
 `--model=two_tower --data=movielens` trains the retrieval model instead and
 evaluates recall@10/50/100 over all items (with a popularity baseline).
 
+`--feature_spec=spec.json --format=tfrecord|csv|tsv|parquet` trains on a
+user's own data (tnet.data.spec); with `--days=A..B --day_pattern=...` it
+runs the daily loop of tnet/train_daily.py (resume, evaluate the day before
+training on it, train, checkpoint, export a new version).
+
 With no flags it runs the embedded default: Wide&Deep on synthetic data.
 """
 from __future__ import annotations
@@ -23,7 +28,7 @@ import tensorflow as tf
 import tf_keras
 
 from tnet import bind
-from tnet.train_data import CtrJobData, RetrievalJobData
+from tnet.train_data import CtrJobData, RetrievalJobData, SpecJobData
 from tnet import models as tn_models
 
 FLAGS = flags.FLAGS
@@ -46,7 +51,18 @@ flags.DEFINE_bool("sampling_bias_correction", True, "two_tower: correct "
 flags.DEFINE_float("temperature", 0.1, "two_tower: softmax temperature.")
 flags.DEFINE_integer("top_k", 100, "two_tower: ids returned by the "
                      "exported retriever.")
-flags.DEFINE_list("train_files", [], "Training files (criteo / avazu).")
+flags.DEFINE_string("feature_spec", "", "A feature spec (JSON, or YAML "
+                    "with PyYAML) describing your own data; overrides --data "
+                    "(see README 'Bring your own data').")
+flags.DEFINE_enum("format", "tfrecord", ["tfrecord", "csv", "tsv", "parquet"],
+                  "With --feature_spec: the files' format.")
+flags.DEFINE_string("days", "", "With --feature_spec: the daily loop over "
+                    "these days, FIRST..LAST (dates YYYY-MM-DD) or a comma "
+                    "list; needs --day_pattern and --checkpoint_dir.")
+flags.DEFINE_string("day_pattern", "", "With --days: the files of one day, "
+                    "'{day}' replaced by the day, e.g. 'data/{day}/*'.")
+flags.DEFINE_list("train_files", [], "Training files (criteo / avazu / "
+                  "--feature_spec); globs allowed.")
 flags.DEFINE_list("eval_files", [], "Evaluation files; default: the rows of "
                   "--train_files after --train_rows.")
 flags.DEFINE_integer("train_rows", -1, "Use the first N rows of "
@@ -137,6 +153,16 @@ _MODELS = {"wide_deep": tn_models.WideDeep, "deepfm": tn_models.DeepFM,
 
 
 def _check_model_data() -> None:
+    if FLAGS.feature_spec:
+        if FLAGS.model == "two_tower":
+            raise app.UsageError("--feature_spec trains the ranking models "
+                                 "(wide_deep, deepfm, dcn), not two_tower")
+        if FLAGS.days and not (FLAGS.day_pattern and FLAGS.checkpoint_dir):
+            raise app.UsageError("--days needs --day_pattern (e.g. "
+                                 "'data/{day}/*') and --checkpoint_dir")
+        return
+    if FLAGS.days:
+        raise app.UsageError("--days needs --feature_spec")
     retrieval = FLAGS.model == "two_tower"
     if retrieval != (FLAGS.data == "movielens"):
         raise app.UsageError("--model=two_tower goes with --data=movielens "
@@ -188,9 +214,16 @@ def run() -> dict:
     strategy = tn.distribute.ParameterServerStrategy()
     distributed = tn.distribute.is_parameter_server_strategy(strategy)
     _check_model_data()
+    if FLAGS.feature_spec and FLAGS.days:
+        from tnet import train_daily  # noqa: PLC0415
+        return train_daily.run_days(strategy, distributed,
+                                    sys.modules[__name__])
     retrieval = FLAGS.model == "two_tower"
-    spec = (RetrievalJobData(distributed) if retrieval
-            else CtrJobData(distributed))
+    if FLAGS.feature_spec:
+        spec = SpecJobData(distributed)
+    else:
+        spec = (RetrievalJobData(distributed) if retrieval
+                else CtrJobData(distributed))
     with strategy.scope():
         model = (build_model(None, None, None) if retrieval else
                  build_model(spec.categorical, spec.dense, spec.string_ids))
@@ -226,10 +259,12 @@ def run() -> dict:
         model.fit(spec.train(), epochs=FLAGS.epochs, callbacks=callbacks,
                   verbose=verbose)
     evaluation = (model.evaluate_exact(spec.eval(), spec.candidates)
-                  if retrieval else model.evaluate_exact(spec.eval()))
+                  if retrieval else model.evaluate_exact(
+                      spec.eval(), group_key=getattr(spec, "group_key", None)))
     examples = meter.steps * FLAGS.batch_size
     summary = {
-        "model": FLAGS.model, "data": FLAGS.data,
+        "model": FLAGS.model,
+        "data": "feature_spec" if FLAGS.feature_spec else FLAGS.data,
         "cluster": ({"ps": tn.distribute.num_ps(strategy),
                      "workers": strategy.extended._num_workers}
                     if distributed else None),
@@ -258,19 +293,27 @@ def run() -> dict:
     return summary
 
 
-def export_and_check(model, spec) -> dict:
+def export_and_check(model, spec, version: int | None = None,
+                     sample_data=None) -> dict:
     """Exports for serving, then reloads the SavedModel in a fresh Python
     process that never imports tnet and compares its predictions with this
-    process's on a hold-out batch."""
+    process's on a hold-out batch. `version` (default: unix time) numbers
+    the export directory; `sample_data` (default spec.eval()) gives it."""
     if isinstance(spec, RetrievalJobData):
         return export_and_check_retrieval(model, spec)
     # A numbered version directory, as TF Serving expects (newest wins).
-    version = os.path.join(FLAGS.export_dir, str(int(time.time())))
+    version = os.path.join(FLAGS.export_dir, str(
+        int(time.time()) if version is None else version))
+    element = next(iter(spec.eval() if sample_data is None else sample_data))
+    features = dict(element[0])
+    features.pop(getattr(spec, "group_key", None) or "", None)
+    # Called before the export: fit never calls the model itself (it calls
+    # logits), and the export infers its signature from the model's first
+    # call, as Keras' model.save does (ragged ids -> padded [None, None]).
+    expected = model(features, training=False).numpy()[:256].reshape(-1)
     path = tn.saving.export_for_serving(model, version,
                                         quantize=FLAGS.quantize)
-    features, _ = next(iter(spec.eval()))
-    sample = {k: v.numpy()[:256] for k, v in features.items()}
-    expected = model(features, training=False).numpy()[:256].reshape(-1)
+    sample = {k: _serving_array(v)[:256] for k, v in features.items()}
     sample_path = _save_sample(__expected__=expected, **sample)
     tolerance = {None: 1e-5, "float16": 1e-3, "int8": 1e-2}[FLAGS.quantize]
     result = {"path": path, "quantize": FLAGS.quantize}
@@ -302,6 +345,17 @@ def export_and_check_retrieval(model, spec) -> dict:
     return result
 
 
+def _serving_array(value):
+    """A feature batch as the serving signature takes it: ragged and sparse
+    ids padded with -1 (or "") into a dense [B, L] array."""
+    if isinstance(value, (tf.RaggedTensor, tf.SparseTensor)):
+        pad = "" if value.dtype == tf.string else -1
+        value = (value.to_tensor(default_value=pad)
+                 if isinstance(value, tf.RaggedTensor)
+                 else tf.sparse.to_dense(value, default_value=pad))
+    return value.numpy()
+
+
 def _save_sample(**arrays) -> str:
     """Writes the export check's inputs and expected outputs to an .npz.
 
@@ -310,7 +364,7 @@ def _save_sample(**arrays) -> str:
     stored as fixed-width bytes, which tf.constant reads back as tf.string.
     """
     import numpy as np  # noqa: PLC0415
-    path = os.path.join(FLAGS.model_dir, "export_sample.npz")
+    path = os.path.abspath(os.path.join(FLAGS.model_dir, "export_sample.npz"))
     np.savez(path, **{k: (v.astype("S") if v.dtype == object else v)
                       for k, v in arrays.items()})
     return path
@@ -327,7 +381,8 @@ def _run_checker(script: str, path: str, sample_path: str,
     env = {k: v for k, v in os.environ.items()
            if k not in ("TF_CONFIG", "PYTHONPATH", "LD_PRELOAD")
            and not k.startswith("TNET_BIND")}
-    res = subprocess.run([sys.executable, checker, "--export_dir", path,
+    res = subprocess.run([sys.executable, checker, "--export_dir",
+                          os.path.abspath(path),
                           "--sample", sample_path, "--tolerance",
                           str(tolerance)], env=env, capture_output=True,
                          text=True, cwd="/")

@@ -155,3 +155,60 @@ class RetrievalJobData:
 
     def eval(self):
         return self.movielens.movielens_dataset(self.data.test, 4096)
+
+
+class SpecJobData:
+    """A user's data described by --feature_spec (tnet.data.spec), in
+    --format, from `train_files` (and `eval_files`, read with the group key
+    for group AUC). Parquet under ParameterServerStrategy is converted once
+    to gzip TFRecord under --data_cache_dir (workers read pure tf.data)."""
+
+    def __init__(self, distributed: bool, spec=None, train_files=None,
+                 eval_files=None):
+        from tnet.data import readers, spec as spec_lib  # noqa: PLC0415
+        self.readers = readers
+        self.spec = spec if spec is not None else spec_lib.load(FLAGS.feature_spec)
+        self.kind = "spec"
+        self.format = FLAGS.format
+        self.categorical = self.spec.embedding_columns(FLAGS.embedding_dim)
+        self.dense = self.spec.dense
+        self.string_ids = self.spec.string_ids
+        self.group_key = self.spec.group_key
+        self.candidates = None
+        files = list(FLAGS.train_files if train_files is None else train_files)
+        evals = list(FLAGS.eval_files if eval_files is None else eval_files)
+        if not files:
+            raise app.UsageError("--feature_spec needs --train_files (or "
+                                 "--days with --day_pattern)")
+        if self.format == "parquet" and distributed:
+            cache = os.path.join(FLAGS.data_cache_dir, "parquet-tfrecord")
+            files = readers.parquet_to_tfrecord(self.spec, files, cache,
+                                                FLAGS.bad_rows)
+            evals = (readers.parquet_to_tfrecord(self.spec, evals, cache,
+                                                 FLAGS.bad_rows)
+                     if evals else [])
+            self.format = "tfrecord"
+        self.files, self.eval_files = files, evals
+        self.train_rows = readers.count_records(files, self.format)
+        self.info = {"feature_spec": self.spec.source, "format": FLAGS.format,
+                     "train_examples_in_files": self.train_rows}
+
+    def train(self, input_context=None, repeat=False):
+        batch = FLAGS.batch_size
+        if input_context is not None:
+            batch = input_context.get_per_replica_batch_size(batch)
+        return self.spec.dataset(
+            self.files, self.format, batch, bad_rows=FLAGS.bad_rows,
+            shuffle_buffer=FLAGS.shuffle_buffer,
+            seed=FLAGS.seed if input_context is None else
+            FLAGS.seed + input_context.input_pipeline_id,
+            num_epochs=None if repeat else 1, input_context=input_context)
+
+    def eval(self, files=None):
+        files = self.eval_files if files is None else files
+        if not files:
+            raise app.UsageError("--feature_spec needs --eval_files to "
+                                 "evaluate (or use --days)")
+        return self.spec.dataset(files, self.format, FLAGS.batch_size,
+                                 bad_rows=FLAGS.bad_rows,
+                                 with_group=self.group_key is not None)

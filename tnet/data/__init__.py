@@ -1,4 +1,5 @@
-"""Input pipelines: Criteo, Avazu and MovieLens readers, synthetic Criteo-like data, exact AUC.
+"""Input pipelines: feature specs and readers for your own data (spec,
+spec_dataset), Criteo, Avazu and MovieLens readers, synthetic Criteo-like data, exact AUC.
 
 The readers are pure `tf.data` graphs (they run in a ParameterServerStrategy
 `dataset_fn`); bad rows fail with file:line or are skipped and counted
@@ -8,7 +9,9 @@ from tnet.data._rows import ReadStats
 from tnet.data.avazu import AVAZU_CAT_COLUMNS, avazu_dataset
 from tnet.data.criteo import (CRITEO_CAT_COLUMNS, CRITEO_INT_COLUMNS, CRITEO_MISSING_ID,
                               criteo_csv_dataset, criteo_dataset)
-from tnet.data.metrics import auc
+from tnet.data import spec
+from tnet.data.metrics import auc, calibration, group_auc
+from tnet.data.readers import count_records, parquet_to_tfrecord, spec_dataset
 from tnet.data.movielens import MovieLens, load_movielens, movielens_dataset, popularity_recall
 from tnet.data.synthetic import (CRITEO_KAGGLE_CARDINALITIES, SyntheticCriteo,
                                  synthetic_cardinalities)
@@ -16,6 +19,7 @@ from tnet.data.synthetic import (CRITEO_KAGGLE_CARDINALITIES, SyntheticCriteo,
 __all__ = [
     "AVAZU_CAT_COLUMNS", "CRITEO_CAT_COLUMNS", "CRITEO_INT_COLUMNS",
     "CRITEO_KAGGLE_CARDINALITIES", "CRITEO_MISSING_ID", "MovieLens", "ReadStats", "SyntheticCriteo",
-    "auc", "avazu_dataset", "criteo_csv_dataset", "criteo_dataset", "load_movielens",
+    "auc", "avazu_dataset", "calibration", "count_records", "group_auc",
+    "parquet_to_tfrecord", "spec", "spec_dataset", "criteo_csv_dataset", "criteo_dataset", "load_movielens",
     "movielens_dataset", "popularity_recall", "synthetic_cardinalities",
 ]

@@ -452,5 +452,12 @@ def _account(fmt, paths_t, seen, element, stats, log_limit):
         deps += stats._update(n, n - n_bad, n_bad, described)
     with tf.control_dependencies(deps):
         ok = tf.identity(ok)
-    kept = tf.nest.map_structure(lambda t: tf.boolean_mask(t, ok), decoded)
+    kept = tf.nest.map_structure(lambda t: _mask_rows(t, ok), decoded)
     return seen + n_bad, kept
+
+
+def _mask_rows(t, keep: tf.Tensor):
+    """Rows of `t` where `keep` (a RaggedTensor too: multi-valued ids)."""
+    if isinstance(t, tf.RaggedTensor):
+        return tf.ragged.boolean_mask(t, keep)
+    return tf.boolean_mask(t, keep)

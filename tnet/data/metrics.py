@@ -31,3 +31,55 @@ def auc(labels, scores) -> float:
     average_rank = ends - (counts - 1) / 2.0
     rank_sum = average_rank[inverse][y].sum()
     return float((rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def calibration(labels, probabilities, weights=None) -> float:
+    """Predicted CTR / observed CTR ("COPC" inverted: 1.0 is calibrated,
+    > 1 over-predicts): sum(w * p) / sum(w * y). NaN when no positives."""
+    y = np.asarray(labels, dtype=np.float64).reshape(-1)
+    p = np.asarray(probabilities, dtype=np.float64).reshape(-1)
+    w = np.ones_like(y) if weights is None else np.asarray(weights, np.float64).reshape(-1)
+    clicks = float(np.sum(w * y))
+    return float(np.sum(w * p) / clicks) if clicks > 0 else float("nan")
+
+
+def group_auc(labels, scores, groups) -> tuple[float, int]:
+    """Group AUC: the per-group AUC averaged with each group's impressions
+    as its weight, over the groups that have both classes (the others have
+    no AUC). Returns (gauc, number of groups counted); (nan, 0) if none.
+
+    Vectorized (one lexsort): ranks are taken within each group, ties in
+    score within a group get their average rank, as in `auc`.
+    """
+    y = np.asarray(labels).reshape(-1).astype(bool)
+    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    g = np.asarray(groups).reshape(-1)
+    if not (y.shape == s.shape == g.shape):
+        raise ValueError(f"labels, scores and groups differ in length: "
+                         f"{y.size}, {s.size}, {g.size}")
+    if y.size == 0:
+        return float("nan"), 0
+    _, gid = np.unique(g, return_inverse=True)
+    order = np.lexsort((s, gid))
+    gid, s, y = gid[order], s[order], y[order]
+    n = y.size
+    new_group = np.r_[True, gid[1:] != gid[:-1]]
+    group_start = np.maximum.accumulate(np.where(new_group, np.arange(n), 0))
+    new_tie = new_group | np.r_[True, s[1:] != s[:-1]]
+    tie_id = np.cumsum(new_tie) - 1
+    tie_first = np.flatnonzero(new_tie)
+    tie_last = np.r_[tie_first[1:], n] - 1
+    avg_pos = (tie_first + tie_last) / 2.0  # average 0-based position per tie
+    rank = avg_pos[tie_id] - group_start + 1.0  # 1-based rank in its group
+    groups_n = gid.max() + 1
+    n_pos = np.bincount(gid, weights=y, minlength=groups_n)
+    n_all = np.bincount(gid, minlength=groups_n).astype(np.float64)
+    n_neg = n_all - n_pos
+    rank_sum = np.bincount(gid, weights=rank * y, minlength=groups_n)
+    valid = (n_pos > 0) & (n_neg > 0)
+    if not valid.any():
+        return float("nan"), 0
+    aucs = (rank_sum[valid] - n_pos[valid] * (n_pos[valid] + 1) / 2.0) / (
+        n_pos[valid] * n_neg[valid])
+    weight = n_all[valid]
+    return float(np.sum(aucs * weight) / np.sum(weight)), int(valid.sum())

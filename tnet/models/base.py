@@ -22,7 +22,9 @@ class CTRModel(Model):
 
     Args:
       categorical: names of the id features (int64 ids, or strings when
-        `string_ids=True`).
+        `string_ids=True`), or `tn.feature_column.embedding_column`s (e.g.
+        `tn.data.spec.load(path).embedding_columns()`), which bring their
+        own dtype, table, dim, combiner and lifecycle options.
       dense: names of the float features (each [B]); may be empty.
       embedding_dim: width of each id's embedding.
       shared_table: name of the one table every id column uses (the
@@ -46,21 +48,27 @@ class CTRModel(Model):
             raise ValueError(f"{type(self).__name__} needs at least one "
                              "categorical feature")
         dtype = tf.string if string_ids else tf.int64
-        self.categorical = list(categorical)
         self.dense_names = list(dense)
         self.embedding_dim = embedding_dim
         self.label_key = label_key
         self.train_metrics = train_metrics
-        self.category_columns = [fc.category_column(n, dtype)
-                                 for n in self.categorical]
-        self.embedding_columns = [
-            fc.embedding_column(c, embedding_dim, table=shared_table)
-            for c in self.category_columns]
+        if all(isinstance(c, fc.EmbeddingColumn) for c in categorical):
+            self.embedding_columns = list(categorical)
+            self.category_columns = [c.categorical_column
+                                     for c in self.embedding_columns]
+        else:
+            self.category_columns = [fc.category_column(n, dtype)
+                                     for n in categorical]
+            self.embedding_columns = [
+                fc.embedding_column(c, embedding_dim, table=shared_table)
+                for c in self.category_columns]
+        self.categorical = [c.key for c in self.category_columns]
         self.task = tfrs.tasks.Ranking(
             loss=tf_keras.losses.BinaryCrossentropy(from_logits=True),
             metrics=[tf_keras.metrics.AUC(from_logits=True, name="auc"),
                      tf_keras.metrics.BinaryCrossentropy(from_logits=True,
-                                                         name="logloss")])
+                                                         name="logloss"),
+                     Calibration(name="calibration")])
 
     def dense_input(self, features: Dict[str, Any]) -> Optional[tf.Tensor]:
         """[B, len(dense)] float32 from the dense feature names."""
@@ -87,32 +95,47 @@ class CTRModel(Model):
                          sample_weight=sample_weight, training=training,
                          compute_metrics=self.train_metrics or not training)
 
-    def evaluate_exact(self, dataset, max_batches: Optional[int] = None
-                       ) -> Dict[str, float]:
-        """Exact AUC and log loss over a (features, labels) dataset.
+    def evaluate_exact(self, dataset, max_batches: Optional[int] = None,
+                       group_key: Optional[str] = None) -> Dict[str, float]:
+        """Exact AUC, log loss and calibration over a (features, labels)
+        dataset; with `group_key` (a feature of the dataset that the model
+        does not use, e.g. the user id) also group AUC.
 
         Runs here (on the chief under ParameterServerStrategy), pulling in
         inference mode, so every hold-out row is scored exactly once (Keras'
         AUC metric bins scores into 200 thresholds; this does not).
+        calibration = sum(predicted CTR) / sum(clicks) (1.0: calibrated);
+        gauc = the impression-weighted mean AUC of the groups that have
+        both clicks and non-clicks (`gauc_groups` of them). Sample weights
+        are ignored (every example counts once).
         """
         import numpy as np  # noqa: PLC0415
-        from tnet.data.metrics import auc  # noqa: PLC0415
+        from tnet.data.metrics import auc, calibration, group_auc  # noqa: PLC0415
         predict = getattr(self, "_exact_predict", None)
         if predict is None:
             predict = self._exact_predict = tf.function(
                 lambda f: self.logits(f, training=False))
-        labels, logits = [], []
+        labels, logits, groups = [], [], []
         for i, element in enumerate(dataset):
             if max_batches is not None and i >= max_batches:
                 break
             features, y, _ = self._unpack(element)
+            if group_key is not None:
+                features = dict(features)
+                groups.append(np.asarray(features.pop(group_key)).reshape(-1))
             logits.append(predict(features).numpy().reshape(-1))
             labels.append(np.asarray(y).reshape(-1))
         y = np.concatenate(labels).astype(np.float64)
         z = np.concatenate(logits).astype(np.float64)
         # log loss from logits, stable for large |z|
         logloss = float(np.mean(np.logaddexp(0.0, z) - y * z))
-        return {"auc": auc(y, z), "logloss": logloss, "examples": int(y.size)}
+        result = {"auc": auc(y, z), "logloss": logloss,
+                  "calibration": calibration(y, 1.0 / (1.0 + np.exp(-z))),
+                  "examples": int(y.size)}
+        if group_key is not None:
+            result["gauc"], result["gauc_groups"] = group_auc(
+                y, z, np.concatenate(groups))
+        return result
 
     def _unpack(self, inputs):
         if isinstance(inputs, dict):
@@ -128,6 +151,36 @@ class CTRModel(Model):
             return inputs
         raise ValueError("expected (features, labels[, sample_weight]) "
                          f"elements, got {len(inputs)} parts")
+
+
+class Calibration(tf_keras.metrics.Metric):
+    """Predicted CTR / observed CTR over the batches seen (1.0 is
+    calibrated): sum(sigmoid(logits) * w) / sum(labels * w). Streaming, so
+    it shows in the progress bar and Keras logs; the exact hold-out value
+    comes from `CTRModel.evaluate_exact`."""
+
+    def __init__(self, name: str = "calibration", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.predicted = self.add_weight("predicted", initializer="zeros",
+                                         dtype=tf.float64)
+        self.observed = self.add_weight("observed", initializer="zeros",
+                                        dtype=tf.float64)
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        p = tf.reshape(tf.cast(tf.sigmoid(y_pred), tf.float64), [-1])
+        y = tf.reshape(tf.cast(y_true, tf.float64), [-1])
+        if sample_weight is not None:
+            w = tf.reshape(tf.cast(sample_weight, tf.float64), [-1])
+            p, y = p * w, y * w
+        return tf.group(self.predicted.assign_add(tf.reduce_sum(p)),
+                        self.observed.assign_add(tf.reduce_sum(y)))
+
+    def result(self):
+        return tf.math.divide_no_nan(self.predicted, self.observed)
+
+    def reset_state(self):
+        self.predicted.assign(0.0)
+        self.observed.assign(0.0)
 
 
 def mlp(hidden_units: Sequence[int], name: str) -> tf_keras.Sequential:

@@ -21,6 +21,12 @@ class DeepFM(CTRModel):
                  embedding_dim: int = 8,
                  hidden_units: Sequence[int] = (400, 400, 400), **kwargs):
         super().__init__(categorical, dense, embedding_dim, **kwargs)
+        dims = {c.key: c.dimension for c in self.embedding_columns}
+        if len(set(dims.values())) > 1:
+            raise ValueError("DeepFM's FM term needs one embedding dim for "
+                             f"every id feature; got {dims} (give them the "
+                             "same dim, e.g. in the feature spec)")
+        self.embedding_dim = next(iter(dims.values()))
         self.first_order = layers.LinearFeatures(self.category_columns,
                                                  name="first_order")
         self.embeddings = layers.EmbeddingFeatures(self.embedding_columns,

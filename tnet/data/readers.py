@@ -1,0 +1,690 @@
+"""Readers for a user's data described by a feature spec (tnet.data.spec).
+
+    ds = tn.data.spec_dataset(spec, "data/2026-11-01/*", "tfrecord", 1024)
+    for features, label in ds: ...           # (features, label, weight) with a weight
+
+Every format gives the same element: `features` maps each id feature to
+int64/string ids (`[B]` for kind id, padded with the feature's default;
+a `tf.RaggedTensor` `[B, None]` for ids and sequences), each dense feature
+to float32 `[B]`; the label is float32 `[B]`; a weight feature adds a third
+element. `with_group=True` adds the group key to `features` (for group AUC;
+leave it out of training so it does not become a serving input).
+
+* tfrecord: tf.Example records (`tf.io.parse_example`, in batches; gzip when
+  the name ends in .gz or `compression="GZIP"`). A single id is a
+  FixedLen feature (absent: the default), ids are VarLen. A record that is
+  not a tf.Example or does not match the spec fails with `file:record` (the
+  1-based record number) and the feature; `bad_rows="skip"` validates each
+  record alone (slower, see BENCHMARKS.md), drops the bad ones and counts
+  them in `ReadStats`.
+* csv / tsv: a header line naming the columns (extra columns are allowed,
+  every file the same header), read by the same block reader and RE2 row
+  check as the Criteo/Avazu readers (tnet/data/_rows.py): bad lines fail
+  with `file:line` and the column, or are skipped and counted. Multi-valued
+  ids are one cell separated by the feature's `separator` ("|"). No quoted
+  fields: a cell cannot contain the delimiter.
+* parquet: read with pyarrow (`pip install pyarrow`) in record batches;
+  single ids int64/string, ids `list<int64|string>`, numbers int or float.
+  A null label or a type that does not match fails with `file:row`.
+  Through `Dataset.from_generator`, so one process only: under
+  ParameterServerStrategy the CLI converts Parquet to TFRecord first
+  (`parquet_to_tfrecord`).
+
+Sharding (`input_context`): by file when there are at least as many files
+as input pipelines, else by record (each pipeline reads everything and
+keeps every n-th chunk), as the Criteo reader does.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tnet.data import _rows
+from tnet.data._rows import LINE_BITS, Field, ReadStats, RowFormat, read_rows
+from tnet.data.spec import Feature, FeatureSpec
+
+FORMATS = ("tfrecord", "csv", "tsv", "parquet")
+_MASK = (1 << LINE_BITS) - 1
+
+
+def spec_dataset(spec: FeatureSpec, paths, format: str, batch_size: int, *,
+                 bad_rows: str = "fail", shuffle_buffer: int = 0,
+                 num_epochs: Optional[int] = 1, seed: Optional[int] = None,
+                 drop_remainder: bool = False,
+                 input_context: Optional[tf.distribute.InputContext] = None,
+                 stats: Optional[ReadStats] = None, with_group: bool = False,
+                 compression: Optional[str] = None) -> tf.data.Dataset:
+    """Reads `paths` (files, globs or a list) in `format` as described by
+    `spec`; see the module docstring. Arguments as tn.data.criteo_dataset."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {list(FORMATS)}, got {format!r}")
+    if bad_rows not in ("fail", "skip"):
+        raise ValueError(f"bad_rows must be 'fail' or 'skip', got {bad_rows!r}")
+    if format == "tfrecord":
+        fn = _tfrecord
+    elif format == "parquet":
+        fn = _parquet
+    else:
+        fn = _delimited
+    return fn(spec, paths, format, int(batch_size), bad_rows=bad_rows,
+              shuffle_buffer=shuffle_buffer, num_epochs=num_epochs, seed=seed,
+              drop_remainder=drop_remainder, input_context=input_context,
+              stats=stats, with_group=with_group, compression=compression)
+
+
+# ------------------------------------------------------------ shared parts
+def _pipes(input_context) -> tuple[int, int]:
+    if input_context is None:
+        return 1, 0
+    return input_context.num_input_pipelines, input_context.input_pipeline_id
+
+
+def _ids(f: Feature, values):
+    """Parsed values of one column -> what the model gets for feature f."""
+    if f.kind == "id":
+        return values
+    if f.max_length is not None:
+        values = values[:, -f.max_length:] if f.kind == "sequence" \
+            else values[:, :f.max_length]
+    return values
+
+
+def _element(spec: FeatureSpec, columns: Dict[str, Any], with_group: bool):
+    """(features, label[, weight]) from parsed columns (by file column)."""
+    features = {}
+    for f in spec.features:
+        value = columns[f.column]
+        if f.is_id:
+            features[f.name] = _ids(f, value)
+        elif f.kind == "dense":
+            features[f.name] = tf.cast(value, tf.float32)
+        elif f.kind == "group" and with_group:
+            features[f.name] = value
+    label = tf.cast(columns[spec.label.column], tf.float32)
+    if spec.weight is None:
+        return features, label
+    return features, label, tf.cast(columns[spec.weight.column], tf.float32)
+
+
+def _value_checks(spec: FeatureSpec, columns: Dict[str, Any]):
+    """[(feature name, ok [B], what it must be)] for values a parser accepts
+    but the spec does not: labels outside [0, 1], non-finite numbers,
+    negative weights."""
+    checks = []
+    for f in spec.features:
+        if f.kind not in ("label", "dense", "weight"):
+            continue
+        x = tf.cast(columns[f.column], tf.float64)
+        if f.kind == "label":
+            checks.append((f.name, (x >= 0.0) & (x <= 1.0), "a label in [0, 1]"))
+        elif f.kind == "weight":
+            checks.append((f.name, tf.math.is_finite(x) & (x >= 0.0),
+                           "a finite weight >= 0"))
+        else:
+            checks.append((f.name, tf.math.is_finite(x), "a finite number"))
+    return checks
+
+
+def _assert_values(spec, columns, names: tf.Tensor):
+    """Raises InvalidArgument naming the first bad value's record/feature."""
+    asserts = []
+    for name, ok, what in _value_checks(spec, columns):
+        i = tf.argmin(tf.cast(ok, tf.int32), output_type=tf.int32)
+        value = tf.strings.as_string(tf.cast(columns[spec_feature(spec, name).column],
+                                             tf.float64)[i:i + 1])
+        msg = tf.strings.join([
+            names[i:i + 1], f": feature {name!r} value ", value,
+            f" is not {what} (spec {spec.source}). Fix the data, or pass "
+            "bad_rows=skip to drop and count bad records."])
+        asserts.append(tf.debugging.Assert(tf.reduce_all(ok), [msg], summarize=1))
+    return asserts
+
+
+def spec_feature(spec: FeatureSpec, name: str) -> Feature:
+    return next(f for f in spec.features if f.name == name)
+
+
+# ---------------------------------------------------------------- tfrecord
+def _parse_spec(spec: FeatureSpec) -> Dict[str, Any]:
+    out = {}
+    for f in spec.features:
+        if f.column in out:
+            continue
+        dtype = f.tf_dtype
+        if f.multi:
+            out[f.column] = tf.io.RaggedFeature(dtype, row_splits_dtype=tf.int64)
+        elif f.kind == "label":
+            out[f.column] = tf.io.FixedLenFeature([], dtype)
+        else:
+            default = f.padding
+            if dtype != tf.string:
+                default = (float(default) if dtype == tf.float32 else int(default))
+            out[f.column] = tf.io.FixedLenFeature([], dtype, default_value=default)
+    return out
+
+
+def _record_names(paths_t: tf.Tensor, keys: tf.Tensor) -> tf.Tensor:
+    return tf.strings.join([
+        tf.gather(paths_t, tf.bitwise.right_shift(keys, LINE_BITS)), ":",
+        tf.strings.as_string(tf.bitwise.bitwise_and(keys, _MASK))])
+
+
+def _compression(name: str, compression: Optional[str]) -> str:
+    if compression is not None:
+        return compression
+    return "GZIP" if name.endswith(".gz") else ""
+
+
+def _tfrecord(spec, paths, fmt, batch_size, *, bad_rows, shuffle_buffer,
+              num_epochs, seed, drop_remainder, input_context, stats,
+              with_group, compression):
+    names = _rows._expand_paths(paths)
+    paths_t = tf.constant(names)
+    comps = tf.constant([_compression(n, compression) for n in names])
+    chunk = max(batch_size, 1024)
+    pipes, pipe_id = _pipes(input_context)
+    by_file = pipes > 1 and len(names) >= pipes
+    parse_spec = _parse_spec(spec)
+    files = tf.data.Dataset.from_tensor_slices(
+        (paths_t, comps, tf.range(len(names), dtype=tf.int64)))
+    if by_file:
+        files = files.shard(pipes, pipe_id)
+    stride = pipes if (pipes > 1 and not by_file) else 1
+    skip = bad_rows == "skip"
+
+    def one_file(path, comp, index):
+        records = tf.data.TFRecordDataset(path, comp, buffer_size=1 << 20)
+        base = tf.bitwise.left_shift(index, LINE_BITS)
+        if not skip:
+            return records.batch(chunk).enumerate().map(
+                lambda i, r: (base + i * chunk + 1 + tf.range(tf.size(r, tf.int64)), r))
+        # skip: one record at a time, plus a sentinel so that the bad
+        # records at the end of a file are counted too.
+        tagged = records.map(lambda r: (r, False)).concatenate(
+            tf.data.Dataset.from_tensors((tf.constant(b""), True)))
+        tagged = tagged.enumerate().map(lambda i, e: (base + i + 1, e[0], e[1]))
+        if stride > 1:
+            tagged = tagged.filter(lambda k, r, end: end | (
+                (tf.bitwise.bitwise_and(k, _MASK) - 1) % stride == pipe_id))
+        return tagged
+
+    data = files.interleave(one_file, cycle_length=1)
+    if skip:
+        data = data.map(lambda k, r, end: _validate_one(spec, parse_spec, paths_t, k, r, end),
+                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        data = data.ignore_errors(log_warning=True)
+        data = data.batch(chunk)
+        data = data.scan((tf.constant(-1, tf.int64), tf.constant(0, tf.int64)),
+                         lambda state, e: _count_gaps(state, e, paths_t, stride,
+                                                      stats, pipe_id))
+    elif stride > 1:
+        data = data.rebatch(chunk).shard(pipes, pipe_id)
+    if shuffle_buffer > 0:
+        data = _rows._window_shuffle(data, int(shuffle_buffer), seed, chunk)
+    if num_epochs is None or num_epochs == -1:
+        data = data.repeat()
+    elif num_epochs > 1:
+        data = data.repeat(num_epochs)
+
+    def parse(keys, records):
+        rec_names = _record_names(paths_t, keys)
+        columns = tf.io.parse_example(records, parse_spec, example_names=rec_names)
+        deps = [] if skip else _assert_values(spec, columns, rec_names)
+        if stats is not None and not skip:
+            n = tf.size(keys, out_type=tf.int64)
+            deps += stats._update(n, n, tf.constant(0, tf.int64))
+        with tf.control_dependencies(deps):
+            columns = {k: tf.identity(v) for k, v in columns.items()}
+        return _element(spec, columns, with_group)
+
+    data = data.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    data = data.rebatch(batch_size, drop_remainder=drop_remainder)
+    return data.prefetch(tf.data.AUTOTUNE)
+
+
+def _validate_one(spec, parse_spec, paths_t, key, record, end):
+    """Skip mode: parse one record; an error drops it (ignore_errors logs
+    the reason with the record's file:record name)."""
+    def check():
+        name = _record_names(paths_t, key[None])
+        columns = tf.io.parse_example(record[None], parse_spec, example_names=name)
+        with tf.control_dependencies(_assert_values(spec, columns, name)):
+            return tf.constant(True)
+
+    ok = tf.cond(end, lambda: tf.constant(True), check)
+    with tf.control_dependencies([ok]):
+        return tf.identity(key), tf.identity(record), end
+
+
+def _count_gaps(state, element, paths_t, stride, stats, pipe_id):
+    """Skip mode, sequential: record numbers missing between consecutive
+    survivors (per file, `stride` apart) are the dropped records."""
+    prev, seen = state
+    keys, records, end = element
+    file_of = tf.bitwise.right_shift(keys, LINE_BITS)
+    prev_keys = tf.concat([prev[None], keys[:-1]], 0)
+    same_file = tf.equal(tf.bitwise.right_shift(prev_keys, LINE_BITS), file_of) & (prev_keys >= 0)
+    first_no = tf.cast(pipe_id if stride > 1 else 0, tf.int64) + 1
+    start = tf.where(same_file, prev_keys,
+                     tf.bitwise.left_shift(file_of, LINE_BITS) + first_no - stride)
+    missing = tf.maximum((keys - start + stride - 1) // stride - 1, 0)
+    n_bad = tf.reduce_sum(missing)
+    good = tf.logical_not(end)
+    n_good = tf.reduce_sum(tf.cast(good, tf.int64))
+    deps = []
+    # Name the first dropped record of this chunk in the log (once per
+    # chunk; ignore_errors already logged every reason).
+    first = tf.argmax(tf.cast(missing > 0, tf.int32), output_type=tf.int32)
+    described = tf.strings.join([_record_names(paths_t, start[first:first + 1] + stride),
+                                 ": not a tf.Example matching the feature spec "
+                                 "(reason in the warning above)"])
+    described = tf.cond(n_bad > 0, lambda: described, lambda: tf.zeros([0], tf.string))
+    if stats is not None:
+        deps += stats._update(n_good + n_bad, n_good, n_bad, described)
+    printed = tf.cond(
+        (n_bad > 0) & (seen < 5),
+        lambda: _print_skip(described, n_bad),
+        lambda: tf.constant(False))
+    deps.append(printed)
+    with tf.control_dependencies(deps):
+        good = tf.identity(good)
+    return ((keys[-1], seen + n_bad),
+            (tf.boolean_mask(keys, good), tf.boolean_mask(records, good)))
+
+
+def _print_skip(described, n_bad):
+    op = tf.print(tf.strings.join(["W tnet.data: skipped ", tf.strings.as_string(n_bad),
+                                   " bad tf.Example record(s), first ", described[0]]),
+                  output_stream=sys.stderr)
+    with tf.control_dependencies([op]):
+        return tf.constant(True)
+
+
+# ------------------------------------------------------------- csv / tsv
+_INT = r"-?[0-9]{1,18}"
+_NUM = r"-?(?:[0-9]{1,18}(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,2})?"
+_UNIT = r"(?:0(?:\.[0-9]*)?|1(?:\.0*)?|\.[0-9]+)"
+
+
+def _field_for(f: Optional[Feature], column: str, delim: str) -> Field:
+    any_cell = rf"[^{re.escape(delim)}\r\n]*"
+    if f is None:
+        return Field(column, any_cell, "a cell")
+    if f.kind == "label":
+        if f.dtype == "int64":
+            return Field(column, "[01]", "a label 0 or 1")
+        return Field(column, _UNIT, "a label in [0, 1]")
+    if f.kind in ("dense", "weight"):
+        pat = _INT if f.dtype == "int64" else _NUM
+        what = "an integer" if f.dtype == "int64" else "a number"
+        if f.kind == "weight":
+            pat, what = pat.replace("-?", ""), what + " >= 0"
+        return Field(column, f"(?:{pat})?", f"{what} or empty")
+    if f.dtype == "string":
+        return Field(column, any_cell, "a cell")
+    if f.multi:
+        sep = re.escape(f.separator)
+        return Field(column, f"(?:{_INT}(?:{sep}{_INT})*)?",
+                     f"int64 ids separated by {f.separator!r}, or empty")
+    return Field(column, f"(?:{_INT})?", "an int64 id or empty")
+
+
+def _placeholder(field: Field, f: Optional[Feature]) -> str:
+    return "0" if f is not None and f.kind == "label" else ""
+
+
+def _read_header(path: str) -> str:
+    with tf.io.gfile.GFile(path, "rb") as fh:
+        line = fh.readline()
+    return line.decode("utf-8", "replace").rstrip("\r\n")
+
+
+def _delimited_format(spec: FeatureSpec, first_file: str, delim: str,
+                      with_group: bool) -> RowFormat:
+    header = _read_header(first_file)
+    columns = header.split(delim)
+    by_column = {f.column: f for f in spec.features}
+    missing = [f"{f.name} (column {f.column!r})" if f.column != f.name else f.name
+               for f in spec.features if f.column not in columns]
+    if missing:
+        raise ValueError(
+            f"{first_file}:1: the header has no column for feature(s) "
+            f"{', '.join(missing)} of spec {spec.source}; header: {header[:300]!r}. "
+            "Rename the column or set the feature's 'column'.")
+    if len(set(columns)) != len(columns):
+        raise ValueError(f"{first_file}:1: the header names a column twice: {header[:300]!r}")
+    fields = tuple(_field_for(by_column.get(c), c, delim) for c in columns)
+    index = {c: i for i, c in enumerate(columns)}
+
+    def decode(cells: tf.Tensor):
+        parsed = {}
+        for f in spec.features:
+            if f.column in parsed:
+                continue
+            text = cells[:, index[f.column]]
+            parsed[f.column] = _decode_cell(f, text)
+        return _element(spec, parsed, with_group)
+
+    placeholder = delim.join(_placeholder(fd, by_column.get(c))
+                             for fd, c in zip(fields, columns))
+    name = "TSV" if delim == "\t" else "CSV"
+    return RowFormat(name=f"{name} ({spec.source})", delimiter=delim,
+                     fields=fields, decode=decode, placeholder=placeholder,
+                     header=header)
+
+
+def _decode_cell(f: Feature, text: tf.Tensor):
+    empty = tf.strings.length(text) == 0
+    if f.multi:
+        parts = tf.strings.split(text, f.separator)
+        parts = tf.ragged.boolean_mask(parts, tf.strings.length(parts) > 0)
+        if f.dtype == "int64":
+            return tf.strings.to_number(parts, tf.int64)
+        return parts
+    if f.kind == "label":
+        return tf.strings.to_number(text, tf.float64)
+    if f.dtype == "string":
+        return tf.where(empty, f.padding, text) if f.default is not None else text
+    if f.kind in ("dense", "weight"):
+        x = tf.strings.to_number(tf.where(empty, "0", text), tf.float64)
+        return tf.where(empty, tf.constant(float(f.padding), tf.float64), x)
+    x = tf.strings.to_number(tf.where(empty, "0", text), tf.int64)
+    return tf.where(empty, tf.constant(int(f.padding), tf.int64), x)
+
+
+def _delimited(spec, paths, fmt, batch_size, *, bad_rows, shuffle_buffer,
+               num_epochs, seed, drop_remainder, input_context, stats,
+               with_group, compression):
+    if compression:
+        raise ValueError("compressed CSV/TSV is not supported; decompress it "
+                         "or write TFRecord (gzip) instead")
+    names = _rows._expand_paths(paths)
+    row_format = _delimited_format(spec, names[0], "\t" if fmt == "tsv" else ",",
+                                   with_group)
+    return read_rows(row_format, names, batch_size, bad_rows=bad_rows,
+                     shuffle_buffer=shuffle_buffer, num_epochs=num_epochs,
+                     seed=seed, drop_remainder=drop_remainder,
+                     input_context=input_context, stats=stats)
+
+
+# ---------------------------------------------------------------- parquet
+def _pyarrow():
+    try:
+        import pyarrow  # noqa: PLC0415
+        import pyarrow.parquet  # noqa: F401, PLC0415
+    except ImportError:
+        raise ImportError("reading Parquet needs pyarrow: `pip install "
+                          "pyarrow` (pinned in requirements.txt), or convert "
+                          "the files to TFRecord or CSV") from None
+    return pyarrow
+
+
+def _element_signature(spec: FeatureSpec, with_group: bool):
+    columns = {}
+    for f in spec.features:
+        if f.multi:
+            columns[f.column] = tf.RaggedTensorSpec([None, None], f.tf_dtype, 1, tf.int64)
+        elif f.kind in ("label", "dense", "weight"):
+            columns[f.column] = tf.TensorSpec([None], tf.float64)
+        else:
+            columns[f.column] = tf.TensorSpec([None], f.tf_dtype)
+    return columns
+
+
+def _arrow_column(pa, f: Feature, array, where: str):
+    """One pyarrow column -> numpy (single) or (values, row_splits) (multi);
+    raises ValueError naming the file and feature on a type mismatch."""
+    import pyarrow.compute as pc  # noqa: PLC0415
+    t = array.type
+    if f.multi:
+        if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+            raise ValueError(f"{where}: feature {f.name!r} (column {f.column!r}) "
+                             f"is {t}, expected a list of {f.dtype} ids")
+        t = t.value_type
+    want_string = f.dtype == "string" and f.kind in ("id", "ids", "sequence", "group")
+    if want_string and not (pa.types.is_string(t) or pa.types.is_large_string(t)
+                            or pa.types.is_binary(t)):
+        raise ValueError(f"{where}: feature {f.name!r} (column {f.column!r}) "
+                         f"holds {t}, the spec says string ids")
+    if not want_string and not (pa.types.is_integer(t) or pa.types.is_floating(t)
+                                or pa.types.is_boolean(t)):
+        raise ValueError(f"{where}: feature {f.name!r} (column {f.column!r}) "
+                         f"holds {t}, the spec says {f.dtype}")
+    if f.is_id and not want_string and pa.types.is_floating(t):
+        raise ValueError(f"{where}: feature {f.name!r} (column {f.column!r}) "
+                         f"holds {t}: ids must be integers or strings")
+    if f.multi:
+        array = array.combine_chunks() if hasattr(array, "combine_chunks") else array
+        array = pc.fill_null(array, pa.scalar([], array.type))
+        splits = np.asarray(array.offsets, np.int64)
+        splits = splits - splits[0]
+        values = array.flatten()
+        values = values.to_numpy(zero_copy_only=False)
+        return (values.astype(object) if want_string else values.astype(np.int64)), splits
+    nulls = np.asarray(array.is_null())
+    if f.kind != "label":
+        array = pc.fill_null(array, f.padding if not want_string else str(f.padding))
+    values = array.to_numpy(zero_copy_only=False)
+    if want_string:
+        return values.astype(object), nulls
+    if f.kind in ("label", "dense", "weight"):
+        return values.astype(np.float64), nulls
+    return values.astype(np.int64), nulls
+
+
+def _parquet_batches(spec: FeatureSpec, names: List[str], batch_rows: int,
+                     pipes: int, pipe_id: int, bad_rows: str, stats,
+                     log_limit: int = 5):
+    """Yields dicts of numpy columns (file column -> array / ragged parts)."""
+    pa = _pyarrow()
+    import pyarrow.parquet as pq  # noqa: PLC0415
+    by_file = pipes > 1 and len(names) >= pipes
+    wanted = spec.columns_read()
+    features = {f.column: f for f in spec.features}
+    logged = 0
+    for fi, name in enumerate(names):
+        if by_file and fi % pipes != pipe_id:
+            continue
+        pf = pq.ParquetFile(name)
+        have = set(pf.schema_arrow.names)
+        missing = [f.name for f in spec.features if f.column not in have]
+        if missing:
+            raise ValueError(f"{name}: no column for feature(s) {missing} of spec "
+                             f"{spec.source}; columns: {sorted(have)[:50]}")
+        groups = range(pf.num_row_groups)
+        if pipes > 1 and not by_file:
+            groups = [g for g in groups if g % pipes == pipe_id]
+        row0 = {g: sum(pf.metadata.row_group(i).num_rows for i in range(g))
+                for g in groups}
+        for g in groups:
+            offset = row0[g]
+            for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[g],
+                                         columns=wanted, use_threads=False):
+                n = batch.num_rows
+                out, bad = {}, np.zeros(n, bool)
+                reasons = {}
+                for column in wanted:
+                    f = features[column]
+                    where = f"{name}"
+                    parsed = _arrow_column(pa, f, batch.column(column), where)
+                    out[column] = parsed
+                    for ff in spec.features:
+                        if ff.column != column:
+                            continue
+                        if ff.kind == "label":
+                            values, nulls = parsed
+                            b = nulls | ~((values >= 0) & (values <= 1))
+                            _note(reasons, b & ~bad, ff.name, "a label in [0, 1] (null or out of range)")
+                            bad |= b
+                        elif ff.kind in ("dense", "weight"):
+                            values, _ = parsed
+                            b = ~np.isfinite(values)
+                            if ff.kind == "weight":
+                                b |= values < 0
+                            _note(reasons, b & ~bad, ff.name, "a finite number" +
+                                  (" >= 0" if ff.kind == "weight" else ""))
+                            bad |= b
+                if bad.any():
+                    first = int(np.argmax(bad))
+                    feature, what = reasons[first]
+                    text = (f"{name}:{offset + first + 1}: feature {feature!r} is not "
+                            f"{what} (row numbers are 1-based, spec {spec.source})")
+                    if bad_rows == "fail":
+                        raise ValueError(text + ". Fix the data, or pass "
+                                         "bad_rows=skip to drop and count bad rows.")
+                    if logged < log_limit:
+                        print(f"W tnet.data: skipping {int(bad.sum())} bad Parquet "
+                              f"row(s), first {text}", file=sys.stderr, flush=True)
+                        logged += 1
+                    if stats is not None:
+                        _add_stats(stats, n, n - int(bad.sum()), int(bad.sum()), text)
+                    out = _keep_rows(out, ~bad)
+                elif stats is not None:
+                    _add_stats(stats, n, n, 0, None)
+                offset += n
+                yield out
+
+
+def _note(reasons, rows, feature, what):
+    for i in np.flatnonzero(rows):
+        reasons.setdefault(int(i), (feature, what))
+
+
+def _add_stats(stats, lines, rows, skipped, text):
+    stats._lines.assign_add(lines)
+    stats._rows.assign_add(rows)
+    stats._skipped.assign_add(skipped)
+    n = int(stats._num_examples.numpy())
+    if text is not None and n < stats.max_examples:
+        ex = stats._examples.numpy()
+        ex[n] = text.encode()
+        stats._examples.assign(ex)
+        stats._num_examples.assign_add(1)
+
+
+def _keep_rows(out, keep):
+    kept = {}
+    for column, parsed in out.items():
+        a, b = parsed
+        if b.dtype == np.int64 and b.shape[0] == keep.shape[0] + 1:  # ragged
+            lengths = np.diff(b)[keep]
+            starts = b[:-1][keep]
+            idx = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)]
+                                 ) if lengths.size else np.zeros(0, np.int64)
+            kept[column] = (a[idx.astype(np.int64)],
+                            np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+        else:
+            kept[column] = (a[keep], b[keep])
+    return kept
+
+
+def _parquet(spec, paths, fmt, batch_size, *, bad_rows, shuffle_buffer,
+             num_epochs, seed, drop_remainder, input_context, stats,
+             with_group, compression):
+    _pyarrow()
+    names = _rows._expand_paths(paths)
+    pipes, pipe_id = _pipes(input_context)
+    chunk = max(batch_size, 1024)
+    signature = _element_signature(spec, with_group)
+    multi = {f.column for f in spec.features if f.multi}
+
+    def gen():
+        for out in _parquet_batches(spec, names, chunk, pipes, pipe_id, bad_rows, stats):
+            yield {c: (tf.RaggedTensor.from_row_splits(v[0], v[1], validate=False)
+                       if c in multi else v[0]) for c, v in out.items()}
+
+    data = tf.data.Dataset.from_generator(gen, output_signature=signature)
+    if shuffle_buffer > 0:
+        data = data.rebatch(int(shuffle_buffer)).map(
+            lambda cols: _shuffle_columns(cols, seed))
+    if num_epochs is None or num_epochs == -1:
+        data = data.repeat()
+    elif num_epochs > 1:
+        data = data.repeat(num_epochs)
+    data = data.map(lambda cols: _element(spec, cols, with_group),
+                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    data = data.rebatch(batch_size, drop_remainder=drop_remainder)
+    return data.prefetch(tf.data.AUTOTUNE)
+
+
+def _shuffle_columns(cols, seed):
+    first = next(iter(cols.values()))
+    n = first.nrows() if isinstance(first, tf.RaggedTensor) else tf.shape(first)[0]
+    order = tf.random.shuffle(tf.range(n), seed=seed)
+    return {k: tf.gather(v, order) for k, v in cols.items()}
+
+
+def count_records(paths, format: str, compression: Optional[str] = None) -> int:
+    """Examples in the files (for steps per epoch under
+    ParameterServerStrategy): TFRecord records, CSV/TSV data lines (header
+    excluded), Parquet rows from the metadata."""
+    names = _rows._expand_paths(paths)
+    if format == "parquet":
+        _pyarrow()
+        import pyarrow.parquet as pq  # noqa: PLC0415
+        return sum(pq.ParquetFile(n).metadata.num_rows for n in names)
+    if format == "tfrecord":
+        total = 0
+        for n in names:
+            ds = tf.data.TFRecordDataset(n, _compression(n, compression),
+                                         buffer_size=1 << 20).batch(4096)
+            total += int(ds.reduce(tf.constant(0, tf.int64),
+                                   lambda acc, r: acc + tf.size(r, tf.int64)))
+        return total
+    total = 0
+    for n in names:
+        with tf.io.gfile.GFile(n, "rb") as fh:
+            data = fh.read()
+        total += data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1) - 1
+    return total
+
+
+def parquet_to_tfrecord(spec: FeatureSpec, paths, out_dir: str,
+                        bad_rows: str = "fail") -> List[str]:
+    """Writes each Parquet file as a gzip TFRecord of tf.Examples (the
+    spec's columns), once, so ParameterServerStrategy workers can read pure
+    tf.data. Returns the TFRecord paths (same order)."""
+    names = _rows._expand_paths(paths)
+    os.makedirs(out_dir, exist_ok=True)
+    out = []
+    multi = {f.column: f for f in spec.features}
+    for name in names:
+        st = os.stat(name)
+        target = os.path.join(out_dir, f"{os.path.basename(name)}-{st.st_size}-"
+                              f"{int(st.st_mtime)}.tfrecord.gz")
+        out.append(target)
+        if os.path.exists(target):
+            continue
+        tmp = f"{target}.tmp{os.getpid()}"
+        with tf.io.TFRecordWriter(tmp, "GZIP") as w:
+            for cols in _parquet_batches(spec, [name], 4096, 1, 0, bad_rows, None):
+                column = next(iter(cols))
+                a0, b0 = cols[column]
+                n = len(b0) - 1 if multi[column].multi else len(a0)
+                for i in range(n):
+                    feats = {}
+                    for c, (a, b) in cols.items():
+                        f = multi[c]
+                        if f.multi:
+                            v = a[b[i]:b[i + 1]]
+                        else:
+                            v = a[i:i + 1]
+                        feats[c] = _tf_feature(f, v)
+                    w.write(tf.train.Example(features=tf.train.Features(
+                        feature=feats)).SerializeToString())
+        os.replace(tmp, target)
+    return out
+
+
+def _tf_feature(f: Feature, values) -> tf.train.Feature:
+    if f.dtype == "string":
+        return tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[v if isinstance(v, bytes) else str(v).encode() for v in values]))
+    if f.dtype == "float32":
+        return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v) for v in values]))

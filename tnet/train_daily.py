@@ -1,0 +1,226 @@
+"""The daily loop of `python -m tnet.train --feature_spec=... --days=A..B`.
+
+For each day of `--days` not trained yet, in order:
+
+1. evaluate the current model on the day's files before training on them
+   (progressive validation: yesterday's model scored on today's data; AUC,
+   log loss, calibration, group AUC when the spec names a group key);
+2. train one pass over the day (`--day_pattern` with `{day}` replaced);
+3. optionally decay shows / evict rows once (`--show_decay_rate`,
+   `--show_threshold`, `--ttl_steps`: tn.callbacks.TableMaintenance.run);
+4. checkpoint to `--checkpoint_dir/ckpt-<YYYYMMDD>` (incremental between
+   full ones with `--checkpoint_incremental`, `--checkpoint_full_every`);
+5. with `--export_dir`, export `export_dir/<YYYYMMDD>` for serving (the
+   version number grows with the day) and check it without tnet.
+
+Why the day is the checkpoint's step: the newest complete checkpoint then
+says which day was finished last, and it is written atomically (temp dir,
+manifest last, rename), so a run killed at any point restarts from the end
+of the last finished day: the interrupted day is trained again from that
+checkpoint (its partial training is discarded), no finished day is trained
+twice and none is lost. `days.json` beside the checkpoints (written
+atomically after each checkpoint and export) keeps each day's metrics and
+export; the checkpoints stay the truth (a day whose checkpoint exists but
+is missing from days.json, after a kill between the two writes, is marked
+done on the next run, and a missing export of the newest day is redone).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import time
+
+from absl import app, flags, logging
+
+import tnet as tn
+import tensorflow as tf
+import tf_keras
+
+FLAGS = flags.FLAGS
+STATE = "days.json"
+
+
+def parse_days(text: str) -> list[str]:
+    """'2026-11-01..2026-11-07' or '2026-11-01,2026-11-03' -> ISO dates."""
+    def date(s: str) -> datetime.date:
+        s = s.strip()
+        try:
+            if re.fullmatch(r"\d{8}", s):
+                return datetime.date(int(s[:4]), int(s[4:6]), int(s[6:]))
+            return datetime.date.fromisoformat(s)
+        except ValueError:
+            raise app.UsageError(f"--days: {s!r} is not a date (YYYY-MM-DD "
+                                 "or YYYYMMDD)") from None
+
+    if ".." in text:
+        first, last = (date(p) for p in text.split("..", 1))
+        if last < first:
+            raise app.UsageError(f"--days={text}: the last day is before the first")
+        days = [first + datetime.timedelta(d) for d in range((last - first).days + 1)]
+    else:
+        days = sorted({date(p) for p in text.split(",") if p.strip()})
+    if not days:
+        raise app.UsageError("--days is empty")
+    return [d.isoformat() for d in days]
+
+
+def day_step(day: str) -> int:
+    """The checkpoint step / export version of a day: YYYYMMDD."""
+    return int(day.replace("-", ""))
+
+
+def load_state(directory: str) -> dict:
+    path = os.path.join(directory, STATE)
+    if not os.path.exists(path):
+        return {"days": {}}
+    with open(path) as f:
+        return json.load(f)
+
+
+def write_state(directory: str, state: dict) -> None:
+    path = os.path.join(directory, STATE)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(state, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _day_files(day: str) -> list[str]:
+    pattern = FLAGS.day_pattern.replace("{day}", day)
+    if "{day}" not in FLAGS.day_pattern:
+        raise app.UsageError("--day_pattern must contain '{day}'")
+    files = sorted(tf.io.gfile.glob(pattern))
+    if not files:
+        raise FileNotFoundError(f"day {day}: no file matches {pattern!r} "
+                                "(--day_pattern); is the day's data there yet?")
+    return files
+
+
+def _maintenance():
+    if (FLAGS.show_decay_rate == 1.0 and FLAGS.show_threshold == 0.0
+            and not FLAGS.ttl_steps):
+        return None
+    return tn.callbacks.TableMaintenance(
+        show_decay_rate=FLAGS.show_decay_rate,
+        show_threshold=FLAGS.show_threshold, ttl_steps=FLAGS.ttl_steps,
+        log_dir=os.path.join(FLAGS.model_dir, "logs", "tables"))
+
+
+def run_days(strategy, distributed: bool, cli) -> dict:
+    """`cli` is the tnet.train module (it may be running as __main__)."""
+    from tnet.data import spec as spec_lib  # noqa: PLC0415
+    from tnet.train_data import SpecJobData  # noqa: PLC0415
+    days = parse_days(FLAGS.days)
+    spec = spec_lib.load(FLAGS.feature_spec)
+    ckpt_dir = FLAGS.checkpoint_dir
+    os.makedirs(ckpt_dir, exist_ok=True)
+    with strategy.scope():
+        model = cli.build_model(spec.embedding_columns(FLAGS.embedding_dim),
+                                spec.dense, spec.string_ids)
+        model.compile(tn.optimizer.by_name(FLAGS.optimizer)(FLAGS.learning_rate))
+    cli._lifecycle(model, None)  # table options; maintenance runs per day
+    maintenance = _maintenance()
+    state = load_state(ckpt_dir)
+    latest = tn.saving.latest_checkpoint(ckpt_dir)
+    done_step = 0
+    if latest is not None:
+        done_step = tn.saving.restore(model, latest,
+                                      track_changes=FLAGS.checkpoint_incremental)
+        print(f"tnet.train: restored {latest} (days through {done_step} done)",
+              flush=True)
+    for day in days:  # checkpoints are the truth: a finished day stays done
+        if day_step(day) <= done_step and day not in state["days"]:
+            state["days"][day] = {"checkpoint": f"ckpt-{done_step}"
+                                  if day_step(day) == done_step else None,
+                                  "recovered": True}
+    writer = tf.summary.create_file_writer(os.path.join(FLAGS.model_dir, "logs", "days"))
+    trained_any = latest is not None
+    last_done = max((d for d in state["days"] if day_step(d) <= done_step),
+                    default=None)
+    if last_done is not None and FLAGS.export_dir:
+        _ensure_export(cli, model, spec, last_done, state, ckpt_dir)
+    for day in days:
+        if day_step(day) <= done_step:
+            print(f"tnet.train: day {day} already trained, skipped", flush=True)
+            continue
+        files = _day_files(day)
+        data = SpecJobData(distributed, spec, files, files)
+        record = {"files": len(files), "examples_in_files": data.train_rows}
+        if trained_any:  # progressive validation: before training on the day
+            record["eval_before_training"] = model.evaluate_exact(
+                data.eval(), group_key=spec.group_key)
+            print(f"tnet.train: day {day} before training: "
+                  f"{json.dumps(record['eval_before_training'])}", flush=True)
+        print(f"tnet.train: training day {day} ({data.train_rows} examples)",
+              flush=True)
+        start = time.perf_counter()
+        _fit_day(model, data, distributed)
+        record["train_seconds"] = round(time.perf_counter() - start, 3)
+        if maintenance is not None:
+            record["evicted"] = maintenance.run(model, day_step(day))
+        path = tn.saving.save(model, ckpt_dir, step=day_step(day),
+                              incremental=FLAGS.checkpoint_incremental,
+                              keep=FLAGS.checkpoint_keep,
+                              full_every=FLAGS.checkpoint_full_every)
+        record["checkpoint"] = os.path.basename(path)
+        record["train_step"] = int(model.optimizer.iterations.numpy())
+        trained_any = True
+        done_step = day_step(day)
+        state["days"][day] = record
+        write_state(ckpt_dir, state)
+        print(f"tnet.train: day {day} trained, checkpoint {path}", flush=True)
+        with writer.as_default():
+            for key, value in (record.get("eval_before_training") or {}).items():
+                tf.summary.scalar(f"before_training/{key}", value, step=day_step(day))
+        writer.flush()
+        if FLAGS.export_dir:
+            _ensure_export(cli, model, spec, day, state, ckpt_dir)
+    summary = {"model": FLAGS.model, "data": "feature_spec",
+               "feature_spec": spec.source, "days": state["days"],
+               "flags": cli._flag_values(),
+               "eval": (state["days"].get(days[-1], {}).get("eval_before_training")
+                        or {}),
+               "train": {"steps": int(model.optimizer.iterations.numpy())},
+               "tables": {n: {"rows": int(t.size())}
+                          for n, t in model.tables().items()}}
+    path = os.path.join(FLAGS.model_dir, "summary.json")
+    with open(f"{path}.tmp", "w") as f:
+        json.dump(summary, f, indent=2)
+    os.replace(f"{path}.tmp", path)
+    print(json.dumps({"days": {d: {k: v for k, v in r.items()
+                                   if k in ("checkpoint", "export", "eval_before_training")}
+                               for d, r in state["days"].items()}}, indent=2), flush=True)
+    return summary
+
+
+def _fit_day(model, data, distributed: bool) -> None:
+    verbose = 2 if (os.environ.get("CI") or distributed) else 1
+    if distributed:
+        steps = max(1, -(-data.train_rows // FLAGS.batch_size))
+        model.fit(tf_keras.utils.experimental.DatasetCreator(
+            lambda ctx: data.train(ctx, repeat=True)), epochs=1,
+            steps_per_epoch=steps, verbose=verbose)
+    else:
+        model.fit(data.train(), epochs=1, verbose=verbose)
+
+
+def _ensure_export(cli, model, spec, day: str, state: dict, ckpt_dir: str) -> None:
+    """Exports the model of `day` as export_dir/<YYYYMMDD> unless it exists
+    (a rerun after a kill between the checkpoint and the export redoes it)."""
+    from tnet.train_data import SpecJobData  # noqa: PLC0415
+    version = day_step(day)
+    target = os.path.join(FLAGS.export_dir, str(version))
+    if os.path.isdir(target) and os.listdir(target):
+        return
+    files = _day_files(day)
+    job = SpecJobData(False, spec, files, files)
+    result = cli.export_and_check(model, job, version=version,
+                                  sample_data=job.eval())
+    state["days"].setdefault(day, {})["export"] = result["path"]
+    write_state(ckpt_dir, state)
+    logging.info("exported %s", result["path"])
+    print(f"tnet.train: day {day} exported {result['path']}", flush=True)
