@@ -16,7 +16,7 @@ from support import byod_data as bd
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DAYS = ["2026-11-01", "2026-11-02", "2026-11-03"]
-ROWS, BATCH = 2000, 128
+ROWS, BATCH = 8000, 128  # a day long enough (63 steps) to be killed in
 
 
 def _command(work: pathlib.Path) -> list[str]:
@@ -40,8 +40,8 @@ def test_daily_loop_resumes_after_kill(tmp_path):
     while time.time() < deadline and proc.poll() is None:
         if f"training day {DAYS[1]}" in (tmp_path / "run1.log").read_text():
             break
-        time.sleep(0.2)
-    time.sleep(1.0)  # mid-day 2
+        time.sleep(0.05)
+    # Killed at once: day 2's fit has started (or is about to), not ended.
     assert proc.poll() is None, (tmp_path / "run1.log").read_text()[-3000:]
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

@@ -319,9 +319,121 @@ def stage_serve_structure(args):
             "tnet_imported": "tnet" in sys.modules}
 
 
+# ------------------------------------------- ParameterServerStrategy
+def _marker(name, what, payload=None):
+    print(f"SCALE_STAGE {name} {what} {json.dumps(payload or {})}",
+          flush=True)
+
+
+def stage_pss_chief(args):
+    """The chief of a 2-ps local cluster: create, save, restore into a
+    second model, export. Prints SCALE_STAGE markers the bench samples
+    every process's RSS between."""
+    import numpy as np  # noqa: PLC0415
+    import tnet as tn  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+    import tf_keras  # noqa: PLC0415
+    strategy = tn.distribute.ParameterServerStrategy()
+    with strategy.scope():
+        model = build_model()
+    table = table_of(model)
+
+    def data(ctx):
+        x = tf.data.Dataset.from_tensor_slices(
+            ({"id": ids(0, 256)}, np.zeros(256, np.float32)))
+        return x.repeat().batch(64)
+    model.fit(tf_keras.utils.experimental.DatasetCreator(data), epochs=1,
+              steps_per_epoch=2, verbose=0)
+    rows = args.pss_rows
+    _marker("create", "begin")
+    t0 = time.perf_counter()
+    for a in range(0, rows, CHUNK):
+        table.pull(ids(a, min(a + CHUNK, rows)), training=True)
+    _marker("create", "end", {"seconds": time.perf_counter() - t0,
+                              "rows": int(table.size()),
+                              "table_bytes": int(table.memory_bytes()),
+                              "shards": table.num_shards})
+    ckpt = os.path.join(args.work, "pss_ckpt")
+    _marker("save", "begin")
+    t0 = time.perf_counter()
+    path = tn.saving.save(model, ckpt, progress=lambda _: None)
+    _marker("save", "end", {"seconds": time.perf_counter() - t0,
+                            "bytes": dir_bytes(path)})
+    with strategy.scope():
+        fresh = build_model()
+    table_of(fresh)
+    _marker("restore", "begin")
+    t0 = time.perf_counter()
+    tn.saving.restore(fresh, ckpt, progress=lambda _: None)
+    sample = sample_ids(rows)
+    same = bool(np.array_equal(
+        table.pull(sample, training=False).numpy(),
+        table_of(fresh).pull(sample, training=False).numpy()))
+    _marker("restore", "end", {"seconds": time.perf_counter() - t0,
+                               "bit_exact": same})
+    export = os.path.join(args.work, "pss_export", "1")
+    shutil.rmtree(os.path.dirname(export), ignore_errors=True)
+    _marker("export", "begin")
+    t0 = time.perf_counter()
+    tn.saving.export_for_serving(
+        fresh, export, input_signature={"id": tf.TensorSpec([None],
+                                                            tf.int64)})
+    _marker("export", "end", {"seconds": time.perf_counter() - t0,
+                              "bytes": dir_bytes(export)})
+    return {"ok": True}
+
+
+def run_pss(args):
+    """Runs stage_pss_chief as the chief of 2 ps x 1 worker on 127.0.0.1,
+    sampling every task's RSS (VmRSS, 0.5 s) per stage."""
+    import threading  # noqa: PLC0415
+    from tools._bench_common import local_cluster  # noqa: PLC0415
+    cmd = [sys.executable, os.path.abspath(__file__), "--stage",
+           "pss_chief", "--pss_rows", str(args.pss_rows), "--work",
+           args.work]
+    stages, current = {}, {"name": None}
+    lock = threading.Lock()
+
+    def on_line(line):
+        if "SCALE_STAGE " in line:  # launch.py prefixes "[chief] "
+            name, what, payload = line.split("SCALE_STAGE ", 1)[1].strip(
+            ).split(" ", 2)
+            with lock:
+                entry = stages.setdefault(name, {"peak_rss": {}})
+                if what == "begin":
+                    current["name"] = name
+                else:
+                    entry.update(json.loads(payload))
+                    current["name"] = None
+        elif "Traceback" in line or "Error" in line:
+            log("  " + line.rstrip())
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
+    log(f"[pss] 2 ps x 1 worker, chief: {' '.join(cmd[1:])}")
+    cluster = local_cluster(2, 1, cmd, timeout=7200, env=env,
+                            on_line=on_line)
+    peaks = {}
+    while cluster.proc.poll() is None:
+        with lock:
+            name = current["name"]
+        for task, pid in list(cluster.pids.items()):
+            rss = procfs.status_bytes("VmRSS", pid)
+            if rss is None:
+                continue
+            peaks[task] = max(peaks.get(task, 0), rss)
+            if name:
+                with lock:
+                    slot = stages[name]["peak_rss"]
+                    slot[task] = max(slot.get(task, 0), rss)
+        time.sleep(0.5)
+    code = cluster.wait(60)
+    return {"returncode": code, "failed": code != 0, "stages": stages,
+            "peak_rss": peaks, "rows": args.pss_rows}
+
+
 STAGES = {"train_save": stage_train_save,
           "restore_export": stage_restore_export, "serve": stage_serve}
-EXTRA_STAGES = {"structures": stage_structures,
+EXTRA_STAGES = {"structures": stage_structures, "pss_chief": stage_pss_chief,
                 "serve_structure": stage_serve_structure}
 
 
@@ -442,6 +554,9 @@ def main():
                    help="also compare the serving structures (MutableHashTable"
                    " vs sorted keys) at this many rows (0: skip)")
     p.add_argument("--structure", default=None)
+    p.add_argument("--pss_rows", type=int, default=0,
+                   help="also run save / restore / export of a table sharded "
+                   "over 2 ps tasks (local cluster) at this many rows")
     p.add_argument("--stages", default=",".join(STAGES),
                    help="comma-separated stages to run (default: all)")
     p.add_argument("--out", default=None)
@@ -462,6 +577,8 @@ def main():
         res[name] = run_stage(args, name)
         if res[name].get("failed"):
             break
+    if args.pss_rows:
+        res["pss"] = run_pss(args)
     if args.structure_rows:
         res["structures"] = run_stage(args, "structures")
         for kind in ("hash", "sorted"):
