@@ -334,9 +334,9 @@ def stage_pss_chief(args):
     import tensorflow as tf  # noqa: PLC0415
     import tf_keras  # noqa: PLC0415
     strategy = tn.distribute.ParameterServerStrategy()
-    with strategy.scope():
+    with strategy.scope():  # tables too: one shard per ps task
         model = build_model()
-    table = table_of(model)
+        table = table_of(model)
 
     def data(ctx):
         x = tf.data.Dataset.from_tensor_slices(
@@ -352,7 +352,10 @@ def stage_pss_chief(args):
     _marker("create", "end", {"seconds": time.perf_counter() - t0,
                               "rows": int(table.size()),
                               "table_bytes": int(table.memory_bytes()),
-                              "shards": table.num_shards})
+                              "shards": table.num_shards,
+                              "devices": sorted({
+                                  s.resource_handle.device
+                                  for s in table.shards})})
     ckpt = os.path.join(args.work, "pss_ckpt")
     _marker("save", "begin")
     t0 = time.perf_counter()
@@ -361,7 +364,7 @@ def stage_pss_chief(args):
                             "bytes": dir_bytes(path)})
     with strategy.scope():
         fresh = build_model()
-    table_of(fresh)
+        table_of(fresh)
     _marker("restore", "begin")
     t0 = time.perf_counter()
     tn.saving.restore(fresh, ckpt, progress=lambda _: None)
@@ -402,6 +405,9 @@ def run_pss(args):
                 entry = stages.setdefault(name, {"peak_rss": {}})
                 if what == "begin":
                     current["name"] = name
+                    entry["rss_begin"] = {
+                        t: procfs.status_bytes("VmRSS", pid)
+                        for t, pid in list(cluster_pids.items())}
                 else:
                     entry.update(json.loads(payload))
                     current["name"] = None
@@ -410,8 +416,10 @@ def run_pss(args):
 
     env = dict(os.environ, PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2")
     log(f"[pss] 2 ps x 1 worker, chief: {' '.join(cmd[1:])}")
+    cluster_pids = {}
     cluster = local_cluster(2, 1, cmd, timeout=7200, env=env,
                             on_line=on_line)
+    cluster_pids = cluster.pids  # the same dict, filled by its reader
     peaks = {}
     while cluster.proc.poll() is None:
         with lock:
@@ -499,8 +507,8 @@ def markdown(info, args, res):
             "bit-exact" if re_["restore"]["bit_exact"] else "**differs**")
         e = re_["export"]
         row(f"`export_for_serving` (quantize={e['quantize']})", e,
-            f"payload {e['payload_bytes'] / GiB:.2f} GiB; peak / table = "
-            f"{e['peak_rss'] / max(re_['table_bytes'], 1):.2f}",
+            f"payload {e['payload_bytes'] / GiB:.2f} GiB; growth / table "
+            f"= {e['rss_growth'] / max(re_['table_bytes'], 1):.2f}",
             e["bytes"])
     if sv.get("failed"):
         row("load + serve without tnet", None,
@@ -539,6 +547,38 @@ def markdown(info, args, res):
                 f"{ld['rss_growth'] / payload:.2f} | " + " | ".join(
                     f"{lat[b]['p50_ms']:.2f} / {lat[b]['p99_ms']:.2f}"
                     for b in ("1", "64", "512")) + " |")
+    pss = res.get("pss")
+    if pss and pss.get("failed"):
+        lines += ["", f"ParameterServerStrategy: failed (exit "
+                  f"{pss['returncode']})"]
+    elif pss:
+        st = pss["stages"]
+        tasks = ["chief", "ps:0", "ps:1"]
+        c = st.get("create", {})
+        lines += ["", f"ParameterServerStrategy, 2 ps x 1 worker on "
+                  f"127.0.0.1: one table of {c.get('rows', 0):,} rows "
+                  f"sharded over {c.get('shards')} ps tasks "
+                  f"({c.get('table_bytes', 0) / GiB:.2f} GiB of table; "
+                  "rows created by pulls from the chief). Peak RSS of each "
+                  "process during the stage (sampled every 0.5 s), and its "
+                  "growth over the RSS at the stage's start:", "",
+                  "| stage | time | " + " | ".join(tasks) + " | result |",
+                  "|---|---|" + "---|" * len(tasks) + "---|"]
+        for name in ("save", "restore", "export"):
+            e = st.get(name)
+            if not e:
+                continue
+            cells = []
+            for t in tasks:
+                peak = e["peak_rss"].get(t)
+                begin = (e.get("rss_begin") or {}).get(t)
+                cells.append("-" if peak is None else
+                             f"{peak / GiB:.2f} GiB (+{(peak - begin) / GiB:.2f})"
+                             if begin else f"{peak / GiB:.2f} GiB")
+            result = ("bit-exact" if e.get("bit_exact") else "**differs**") \
+                if "bit_exact" in e else f"{e.get('bytes', 0) / 1e9:.2f} GB"
+            lines.append(f"| {name} | {e['seconds']:.1f} s | "
+                         + " | ".join(cells) + f" | {result} |")
     return "\n".join(lines)
 
 
