@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak
+.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,17 @@ bench-retrieval: build
 SOAK_MINUTES ?= 10
 soak: build
 	$(PY) tools/soak.py --minutes $(SOAK_MINUTES)
+
+# One table's whole life at ROWS rows (train, save, restore, export, serve
+# without tnet; each stage its own process), the same at PSS_ROWS on a
+# 2-ps local cluster, and the serving structures compared at
+# STRUCTURE_ROWS. Needs ~75 B x ROWS of RAM and ~110 B x ROWS of disk.
+ROWS ?= 200000000
+PSS_ROWS ?= 50000000
+STRUCTURE_ROWS ?= 20000000
+bench-scale: build
+	$(PY) tools/bench_scale.py --rows $(ROWS) --pss_rows $(PSS_ROWS) \
+	    --structure_rows $(STRUCTURE_ROWS)
 
 # Admission / cap vs AUC on >= 10M distinct synthetic keys, plus a PNG.
 bench-lifecycle: build
