@@ -476,6 +476,28 @@ class SparseTable(tf.Module):
                     parts[2][i], parts[3][i], dim=self.dim))
         return tf.group(ops)
 
+    def import_shard(self, shard: int, keys, weights, slots, meta):
+        """Inserts or overwrites rows of shard `shard` only (eager). Every key must route there (key mod num_shards ==
+        shard), as the rows of one exported shard do: a restore of a
+        checkpoint with the same shard count skips import_rows' per-key
+        partition this way. A key that routes elsewhere raises
+        InvalidArgument."""
+        keys = self._keys(keys)
+        if self.num_shards > 1:
+            bad = tf.reduce_any(tf.not_equal(
+                tf.math.floormod(keys, self.num_shards), shard))
+            if bool(bad):
+                raise tf.errors.InvalidArgumentError(
+                    None, None, f"SparseTable {self.table_name!r}: "
+                    f"import_shard({shard}) got keys of other shards "
+                    "(key mod num_shards != shard); use import_rows")
+        with tf.device(self.devices[shard]):
+            return _ops.sparse_table_import(
+                self.shards[shard].resource_handle, keys,
+                tf.convert_to_tensor(weights, tf.float32),
+                tf.convert_to_tensor(slots, tf.float32),
+                tf.convert_to_tensor(meta, tf.float64), dim=self.dim)
+
     def evict(self, show_decay_rate: float = 1.0, show_threshold: float = 0.0,
               ttl_steps: int = 0, current_step: int = 0,
               compact: bool = True) -> tf.Tensor:
