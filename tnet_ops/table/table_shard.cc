@@ -124,8 +124,9 @@ void TableShard::InitRow(char* row, int64_t key) {
   // inserts in training); the push that usually follows restamps it.
   int64_t stamp = max_step_.load(std::memory_order_relaxed);
   const int64_t mark = mark_.load(std::memory_order_relaxed);
+  // (Not counted in max_stamp_ here: Push and Import overwrite the stamp
+  // at once; Pull counts the rows it leaves with this stamp.)
   if (mark >= 0 && stamp <= mark) stamp = mark + 1;
-  BumpMaxStamp(stamp);
   SetMeta(row, {stamp, 0.0f, 0.0f});
   InitializeRow(config_.initializer, key, config_.dim, WeightsOf(row));
   float* slots = SlotsOf(row);
@@ -363,7 +364,10 @@ bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
             } else if (training && !admission()) {
               bool inserted = false;
               row = FindOrInsert(s, x.key, x.h, &ok, &inserted);
-              if (inserted) admitted_.fetch_add(1, std::memory_order_relaxed);
+              if (inserted) {
+                admitted_.fetch_add(1, std::memory_order_relaxed);
+                BumpMaxStamp(MetaOf(row).last_step);
+              }
             } else {
               const uint32_t id = s->index.Find(
                   x.key, x.h,
