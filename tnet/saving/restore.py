@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import h5py
 import numpy as np
+import tensorflow as tf
 
 from tnet.saving.delta_marks import _set_marks
 from tnet.saving.files import (
@@ -227,15 +228,19 @@ def _restore_table(table: SparseTable, name: str, chain, batch_rows: int,
         newest, oldest = i == 0, i == len(chain) - 1
         same_shards = info.get("num_shards") == table.num_shards
         seen = []
+        # Batches that need no filtering become tensors in the reader
+        # thread too (the copy is a third of the import's time).
+        filtering = multi and not newest and len(done) > 0
         batches = contextlib.closing(_prefetched(_read_batches(
-            cpath, info["parts"], table.num_slots, batch_rows)))
+            cpath, info["parts"], table.num_slots, batch_rows,
+            as_tensors=not filtering)))
         with batches as it:
             for shard, k, w, s, m in it:
                 n = len(k)
                 k = _import_batch(table, shard, k, w, s, m, done,
                                   same_shards, not newest)
                 if multi and not oldest:
-                    seen.append(k)
+                    seen.append(np.asarray(k))
                 progress.update(n)
                 del k, w, s, m
         if multi and not oldest:
@@ -259,9 +264,10 @@ def _import_batch(table: SparseTable, shard: int, k, w, s, m,
     """Imports one batch, minus the keys in `done` (settled by newer
     checkpoints) if filter_done; returns the keys imported."""
     if filter_done and len(done):
+        k, w, s, m = (np.asarray(x) for x in (k, w, s, m))
         keep = ~_in_sorted(done, k)
         k, w, s, m = k[keep], w[keep], s[keep], m[keep]
-    if len(k):
+    if (k.shape[0] if hasattr(k, "shape") else len(k)):
         if same_shards:
             table.import_shard(shard, k, w, s, m)
         else:
@@ -269,8 +275,10 @@ def _import_batch(table: SparseTable, shard: int, k, w, s, m,
     return k
 
 
-def _read_batches(cpath: str, parts, num_slots: int, batch_rows: int):
-    """Yields (shard, keys, weights, slots, meta) batches of every part."""
+def _read_batches(cpath: str, parts, num_slots: int, batch_rows: int,
+                  as_tensors: bool = False):
+    """Yields (shard, keys, weights, slots, meta) batches of every part, as
+    numpy arrays or (as_tensors) tf.Tensors."""
     for part in parts:
         with h5py.File(os.path.join(cpath, part["file"]), "r") as f:
             n = part["rows"]
@@ -282,7 +290,8 @@ def _read_batches(cpath: str, parts, num_slots: int, batch_rows: int):
                     arr = np.empty((b - a,) + ds.shape[1:], ds.dtype)
                     if arr.size:
                         ds.read_direct(arr, np.s_[a:b])
-                    out.append(arr)
+                    out.append(tf.convert_to_tensor(arr) if as_tensors
+                               else arr)
                 yield (part["shard"], *out)
 
 

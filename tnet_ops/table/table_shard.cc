@@ -137,7 +137,7 @@ void TableShard::InitRow(char* row, int64_t key) {
 }
 
 char* TableShard::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
-                                bool* inserted) {
+                                bool* inserted, bool init) {
   const RowArena& arena = s->arena;
   uint32_t id = s->index.Find(
       key, h, [&arena](uint32_t r) { return KeyOf(arena.Row(r)); });
@@ -147,7 +147,11 @@ char* TableShard::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
     return nullptr;
   }
   char* row = s->arena.Row(id);
-  InitRow(row, key);
+  if (init) {
+    InitRow(row, key);
+  } else {
+    SetKey(row, key);
+  }
   s->index.Insert(h, id);
   size_.fetch_add(1, std::memory_order_relaxed);
   if (inserted != nullptr) *inserted = true;

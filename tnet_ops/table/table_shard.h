@@ -211,8 +211,10 @@ class TableShard {
   }
   // Finds or inserts (initialized) the row of key. Caller holds the lock.
   // *inserted (if given) says whether the row is new.
+  // init=false leaves a new row's weights, slots and meta unspecified (only
+  // its key is set): for Import, which overwrites them at once.
   char* FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
-                     bool* inserted = nullptr);
+                     bool* inserted = nullptr, bool init = true);
   // Push path with admission: the row of key, or nullptr while the key is
   // not admitted (its pending count grows by show). *fresh: the row was
   // admitted by this call (no gradient must be applied).

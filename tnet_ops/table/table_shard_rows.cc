@@ -89,7 +89,8 @@ bool TableShard::Import(const int64_t* keys, int64_t n, const float* weights,
           std::lock_guard<std::mutex> lock(s->mu);
           for (int64_t k = off[si]; k < off[si + 1]; ++k) {
             const int64_t i = items[k].i;
-            char* row = FindOrInsert(s, items[k].key, items[k].h, &ok);
+            char* row = FindOrInsert(s, items[k].key, items[k].h, &ok,
+                                     nullptr, /*init=*/false);
             if (row == nullptr) continue;
             std::memcpy(WeightsOf(row), weights + i * dim, sizeof(float) * dim);
             std::memcpy(SlotsOf(row), slots + i * num_slots_,
