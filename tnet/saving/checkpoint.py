@@ -45,23 +45,25 @@ because HDF5 running out of space mid-file can leave h5py unusable for the
 rest of the process (tests/test_faults.py).
 
 Incremental checkpoints (`incremental=True`): a delta holds the rows that
-differ from the parent checkpoint (new keys and changed rows) plus the keys
-deleted since. Which rows differ is decided exactly, independently of table
-internals: the process keeps, per table, the sorted keys of the last
-checkpoint it wrote or restored and a 64-bit hash of each row's bytes
-(weights, slots, show, click, last_step): 16 bytes per row (160 MB for 10M
-rows; the save also builds the next index, so an incremental save of a
-10M-row table peaks around 0.5 GB above the table, a full save without
-`incremental` stays at a few chunks). A row that changed although its
-last_step is older than the parent's train_step was changed by something
-other than a training push (an eviction pass with show decay, rows imported
-with old meta): then the delta is abandoned and a full checkpoint written
-(`full_reason` in the manifest says why), as after `full_every` saves, when
-this process has no index of the newest checkpoint, or when the table set
-changed. Pure evictions (decay 1.0, TTL, thresholds) stay deltas: their keys
-are listed as deleted. Note that a delta still streams every row out of the
-table (there is no "rows since step" export op), so it saves disk writes,
-not the export pass.
+changed since the parent checkpoint plus the keys freed since, and costs
+what changed: each shard exports only rows with last_step > its change mark
+(`SparseTable.export_shard(..., since_step=)`, a scan in C++ on the ps) and
+the freed keys come from a bounded C++ deletion log; the chief keeps no
+per-row index (delta_marks.py: a checkpoint id and (generation, mark) per
+shard). After every save / tracked restore each shard is marked: mark = the
+largest last_step any row has, and from then on every change is either
+stamped above the mark (pushes with a step above it, which Keras training
+gives: pushes use `optimizer.iterations`, read before the step's increment,
+so every push after a save has step >= the saved train_step > the mark, also
+under ParameterServerStrategy where all workers are joined before a save;
+rows inserted by a training pull are stamped mark + 1) or counted as
+untracked (pushes with a step <= mark, imports of rows with last_step <=
+mark, show decay). Untracked changes, or more freed keys than the log holds
+(max(65536, rows / 2) per shard), make the save write a full checkpoint
+(`full_reason` says why), as after `full_every` saves, when this process
+has no marks of the newest checkpoint, or when the table set changed.
+`deleted` lists keys freed since the parent and not live now (it may list
+keys created and freed in between: restore skips them harmlessly).
 
 Restore resolves the chain (full, then deltas), checks every file's size and
 sha256, each table's dim, slot count and optimizer against the model, and
@@ -83,14 +85,15 @@ ParameterServerStrategy: call save/restore on the chief (the callback does,
 at epoch ends, after Keras has joined all workers). Every row travels from
 its ps task to the chief through `export_shard` in `chunk_rows` chunks (one
 RPC per chunk) and is written to the chief's disk; training is stopped
-meanwhile. The cost is one pass over the whole table at network speed
-(~1.5 GB for 10M rows of dim 16 with Adagrad), full or delta. Restore
-streams the rows back the same way.
+meanwhile. A full save costs one pass over the whole table at network
+speed (~1.5 GB for 10M rows of dim 16 with Adagrad); a delta sends only the
+changed rows. Restore streams the rows back in large batches, reading the
+next batch while importing one (restore.py).
 
 Code: this module saves (orchestration, deltas, disk-full handling, part
 writing); `restore.py` verifies and restores; `manifest.py` holds the
-layout constants, errors, manifest and listing; `delta_index.py` the
-row-hash index behind deltas; `model_state.py` the dense view and the
+layout constants, errors, manifest and listing; `delta_marks.py` the
+change marks behind deltas; `model_state.py` the dense view and the
 model helpers; `h5parts.py` the HDF5 part files; `files.py` fsync, sha256
 and progress.
 """
