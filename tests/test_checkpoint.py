@@ -157,14 +157,14 @@ def test_incremental_chain_full_plus_three_deltas(tmp_path):
     fresh = tiny(1)
     tn.saving.restore(fresh, p5, progress=quiet)
     assert_same_tables(snapshot(cont), snapshot(fresh))
-    # ...without the index it writes a full checkpoint and says why.
+    # ...without the marks it writes a full checkpoint and says why.
     other = tiny(2)
     tn.saving.restore(other, p5, progress=quiet)
     fit(other, rows=64, seed=6)
     m6 = tn.saving.read_manifest(tn.saving.save(other, tmp_path,
                                                 incremental=True,
                                                 progress=quiet))
-    assert m6["kind"] == "full" and "no row index" in m6["full_reason"]
+    assert m6["kind"] == "full" and "no change marks" in m6["full_reason"]
 
 
 def test_show_decay_forces_a_full_checkpoint(tmp_path):

@@ -212,6 +212,84 @@ def test_shape_functions_reject_every_extreme_dim_in_every_graph_mode(
         pytest.fail(f"shape sweep exited {proc.returncode} at case "
                     f"{lines[-1] if lines else '?'}\n{proc.stderr[-3000:]}")
     outcomes = json.loads(proc.stdout.strip().splitlines()[-1])["outcomes"]
-    assert len(outcomes) == 5 * 7 * 3
+    assert len(outcomes) == 6 * 7 * 3
     accepted = [o for o in outcomes if o[3] == "ok"]
     assert not accepted, accepted
+
+
+def _value(dtype, value, shape=()):
+    return {"dtype": dtype, "shape": list(shape), "fill": "value",
+            "value": value, "seed": 0}
+
+
+def _export_since(since, cursor=0, max_rows=8, since_shape=()):
+    return {"op": "SparseTableExportSince", "handle": "sgd4",
+            "attrs": {"dim": 4}, "args": {
+                "cursor": _value("int64", cursor),
+                "max_rows": _value("int64", max_rows),
+                "since_step": _value("int64", since, since_shape)}}
+
+
+def _mark(enable, dtype="bool", shape=(), handle="sgd4"):
+    return {"op": "SparseTableMarkChanges", "handle": handle, "attrs": {},
+            "args": {"enable": _value(dtype, enable, shape)}}
+
+
+def _changes(handle):
+    return {"op": "SparseTableChanges", "handle": handle, "attrs": {},
+            "args": {}}
+
+
+I64_MIN, I64_MAX = -2**63, 2**63 - 1
+# (case, outcome eagerly and with an unknown rank (the kernel checks),
+#  outcome traced with known shapes or unknown dims (the shape function)).
+CHANGE_OP_CASES = [
+    (_export_since(-1), "ok", "ok"),
+    (_export_since(I64_MAX, max_rows=I64_MAX), "ok", "ok"),
+    (_export_since(-2), "invalid_argument", "invalid_argument"),
+    (_export_since(-2**40), "invalid_argument", "invalid_argument"),
+    (_export_since(I64_MIN), "invalid_argument", "invalid_argument"),
+    (_export_since(0, max_rows=-1), "invalid_argument", "invalid_argument"),
+    (_export_since(0, cursor=I64_MIN), "invalid_argument",
+     "invalid_argument"),
+    (_export_since(0, since_shape=[2]), "invalid_argument",
+     "python_rejected"),
+    (_export_since(0, since_shape=[0]), "invalid_argument",
+     "python_rejected"),
+    (_mark(True), "ok", "ok"),
+    (_mark(False), "ok", "ok"),
+    (_mark(True, shape=[2]), "invalid_argument", "python_rejected"),
+    (_mark(True, shape=[0]), "invalid_argument", "python_rejected"),
+    (_mark(True, handle="variable"), "invalid_argument", "invalid_argument"),
+    (_changes("ftrl8"), "ok", "ok"),
+    (_changes("destroyed"), "invalid_argument", "invalid_argument"),
+    (_changes("hashtable"), "invalid_argument", "invalid_argument"),
+]
+
+
+def test_change_tracking_ops_reject_bad_inputs_in_every_mode(tmp_path):
+    """SparseTableExportSince (since_step < -1, bad cursor / max_rows),
+    SparseTableMarkChanges and SparseTableChanges, eagerly and traced with
+    known shapes, unknown dimensions and unknown rank: bad inputs give
+    InvalidArgument (or a shape-inference error while tracing), never a
+    crash; good ones succeed."""
+    cases, want = [], []
+    for case, kernel, shape_fn in CHANGE_OP_CASES:
+        for mode in (False, True, "unknown_dims", "unknown_rank"):
+            cases.append(dict(case, graph=mode))
+            want.append(shape_fn if mode in (True, "unknown_dims")
+                        else kernel)
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(cases))
+    log = tmp_path / "log.jsonl"
+    proc = subprocess.run(
+        [sys.executable, str(PROGRAM), "--replay-file", str(path), "--log",
+         str(log)], capture_output=True, text=True, timeout=600, cwd=ROOT,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    if proc.returncode != 0:
+        lines = log.read_text().splitlines() if log.exists() else []
+        pytest.fail(f"replay exited {proc.returncode} at case "
+                    f"{lines[-1] if lines else '?'}\n{proc.stderr[-3000:]}")
+    got = json.loads(proc.stdout.strip().splitlines()[-1])["outcomes"]
+    diff = [(c, w, g) for c, w, g in zip(cases, want, got) if w != g]
+    assert not diff, diff

@@ -121,6 +121,21 @@ def _export_function(dim: int):
     return export
 
 
+@functools.lru_cache(maxsize=None)
+def _export_since_function(dim: int):
+    """SparseTableExportSince as a tf.function of (handle, cursor, max_rows,
+    since_step)."""
+    @tf.function(input_signature=[tf.TensorSpec([], tf.resource),
+                                  tf.TensorSpec([], tf.int64),
+                                  tf.TensorSpec([], tf.int64),
+                                  tf.TensorSpec([], tf.int64)],
+                 autograph=False)
+    def export(handle, cursor, max_rows, since_step):
+        return _ops.sparse_table_export_since(handle, cursor, max_rows,
+                                              since_step, dim=dim)
+    return export
+
+
 class _TableShard(tf.saved_model.experimental.TrackableResource):
     """One shard: a SparseTableHandle resource plus checkpoint hooks."""
 
@@ -359,23 +374,69 @@ class SparseTable(tf.Module):
     def shard_sizes(self) -> list[tf.Tensor]:
         return [_ops.sparse_table_size(s.resource_handle) for s in self.shards]
 
-    def export_shard(self, shard: int, cursor=0, max_rows=1 << 20):
+    def export_shard(self, shard: int, cursor=0, max_rows=1 << 20,
+                     since_step=None):
         """(keys, weights, slots, meta, next_cursor) from one shard's cursor.
 
         meta columns are (show, click, last_step); next_cursor is -1 at the
         end. Loop until it is -1 to stream a shard in bounded chunks.
+        since_step: if given (>= 0), only rows whose last_step > since_step
+        (rows skipped do not count against max_rows, so a call may scan the
+        whole shard and return few rows); None or -1: every row.
         """
         handle = self.shards[shard].resource_handle
         cursor = tf.cast(cursor, tf.int64)
         max_rows = tf.cast(max_rows, tf.int64)
+        if since_step is None:
+            if tf.inside_function():
+                return _ops.sparse_table_export(handle, cursor, max_rows,
+                                                dim=self.dim)
+            # Eagerly, through one traced function per dim: called from a
+            # chief on a ps-placed shard, the bare eager op left ~10 KB on
+            # the ps per call (a checkpoint streams many chunks); the
+            # function call does not (BENCHMARKS.md, Reliability:
+            # checkpoint memory).
+            return _export_function(self.dim)(handle, cursor, max_rows)
+        since_step = tf.cast(since_step, tf.int64)
         if tf.inside_function():
-            return _ops.sparse_table_export(handle, cursor, max_rows,
-                                            dim=self.dim)
-        # Eagerly, through one traced function per dim: called from a
-        # chief on a ps-placed shard, the bare eager op left ~10 KB on the
-        # ps per call (a checkpoint streams many chunks); the function
-        # call does not (BENCHMARKS.md, Reliability: checkpoint memory).
-        return _export_function(self.dim)(handle, cursor, max_rows)
+            return _ops.sparse_table_export_since(handle, cursor, max_rows,
+                                                  since_step, dim=self.dim)
+        return _export_since_function(self.dim)(handle, cursor, max_rows,
+                                                since_step)
+
+    def mark_changes(self, enable: bool = True) -> list[tuple[int, int]]:
+        """Starts (or with enable=False stops) change tracking on every
+        shard (eager): afterwards `export_shard(..., since_step=mark)`
+        returns every row changed since, and `changes()` lists the keys
+        freed since and counts the changes such an export would miss.
+        Returns [(generation, mark)] per shard (mark -1: not tracking).
+        Incremental checkpoints call this after each save and restore;
+        see tnet/saving/checkpoint.py."""
+        out = []
+        for i, s in enumerate(self.shards):
+            with tf.device(self.devices[i]):
+                v = _ops.sparse_table_mark_changes(
+                    s.resource_handle, tf.constant(bool(enable))).numpy()
+            out.append((int(v[0]), int(v[1])))
+        return out
+
+    def changes(self) -> list[dict]:
+        """Per shard (eager): {generation, mark, untracked, dropped,
+        deleted} since the last `mark_changes`. untracked counts row
+        changes an export since the mark misses (pushes with a step not
+        above it, show decay, imports of old rows); dropped counts freed
+        keys the bounded log could not hold; deleted is the int64 numpy
+        array of keys freed since (may repeat a key). A delta since the
+        mark is exact iff untracked == dropped == 0."""
+        out = []
+        for i, s in enumerate(self.shards):
+            with tf.device(self.devices[i]):
+                info, deleted = _ops.sparse_table_changes(s.resource_handle)
+            v = info.numpy()
+            out.append({"generation": int(v[0]), "mark": int(v[1]),
+                        "untracked": int(v[2]), "dropped": int(v[3]),
+                        "deleted": deleted.numpy()})
+        return out
 
     def export(self, max_rows_per_call: int = 1 << 20):
         """Eagerly exports every live row: (keys, weights, slots, meta)."""
@@ -414,6 +475,28 @@ class SparseTable(tf.Module):
                     self.shards[i].resource_handle, parts[0][i], parts[1][i],
                     parts[2][i], parts[3][i], dim=self.dim))
         return tf.group(ops)
+
+    def import_shard(self, shard: int, keys, weights, slots, meta):
+        """Inserts or overwrites rows of shard `shard` only (eager). Every key must route there (key mod num_shards ==
+        shard), as the rows of one exported shard do: a restore of a
+        checkpoint with the same shard count skips import_rows' per-key
+        partition this way. A key that routes elsewhere raises
+        InvalidArgument."""
+        keys = self._keys(keys)
+        if self.num_shards > 1:
+            bad = tf.reduce_any(tf.not_equal(
+                tf.math.floormod(keys, self.num_shards), shard))
+            if bool(bad):
+                raise tf.errors.InvalidArgumentError(
+                    None, None, f"SparseTable {self.table_name!r}: "
+                    f"import_shard({shard}) got keys of other shards "
+                    "(key mod num_shards != shard); use import_rows")
+        with tf.device(self.devices[shard]):
+            return _ops.sparse_table_import(
+                self.shards[shard].resource_handle, keys,
+                tf.convert_to_tensor(weights, tf.float32),
+                tf.convert_to_tensor(slots, tf.float32),
+                tf.convert_to_tensor(meta, tf.float64), dim=self.dim)
 
     def evict(self, show_decay_rate: float = 1.0, show_threshold: float = 0.0,
               ttl_steps: int = 0, current_step: int = 0,

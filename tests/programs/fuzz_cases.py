@@ -195,16 +195,45 @@ def push_case(draw) -> dict:
     }, "attrs": {"dim": draw(_dim(h))}}
 
 
+CURSORS = [0, -1, "last", "last", 1, 2**40, (63 << 40) | 5, 2**40 - 1]
+BAD_CURSORS = [(64 << 40), I64_MAX, I64_MIN, -2]
+MAX_ROWS = [0, 1, 7, 1000, I64_MAX, 2**40]
+BAD_MAX_ROWS = [-1, I64_MIN]
+
+
 @st.composite
 def export_case(draw) -> dict:
     h = draw(handle)
     return {"op": "SparseTableExport", "handle": h, "args": {
-        "cursor": draw(scalar("int64", [0, -1, "last", "last", 1, 2**40,
-                                        (63 << 40) | 5, 2**40 - 1],
-                              [(64 << 40), I64_MAX, I64_MIN, -2])),
-        "max_rows": draw(scalar("int64", [0, 1, 7, 1000, I64_MAX, 2**40],
-                                [-1, I64_MIN])),
+        "cursor": draw(scalar("int64", CURSORS, BAD_CURSORS)),
+        "max_rows": draw(scalar("int64", MAX_ROWS, BAD_MAX_ROWS)),
     }, "attrs": {"dim": draw(_dim(h))}}
+
+
+@st.composite
+def export_since_case(draw) -> dict:
+    """SparseTableExportSince: export's cursor and max_rows plus since_step
+    (-1: every row; below -1 is invalid)."""
+    h = draw(handle)
+    return {"op": "SparseTableExportSince", "handle": h, "args": {
+        "cursor": draw(scalar("int64", CURSORS, BAD_CURSORS)),
+        "max_rows": draw(scalar("int64", MAX_ROWS, BAD_MAX_ROWS)),
+        "since_step": draw(scalar("int64", [-1, -1, 0, 1, 5, 2**40, I64_MAX],
+                                  [-2, -(2**40), I64_MIN])),
+    }, "attrs": {"dim": draw(_dim(h))}}
+
+
+@st.composite
+def mark_changes_case(draw) -> dict:
+    return {"op": "SparseTableMarkChanges", "handle": draw(handle),
+            "args": {"enable": draw(scalar("bool", [True, True, False]))},
+            "attrs": {}}
+
+
+@st.composite
+def changes_case(draw) -> dict:
+    return {"op": "SparseTableChanges", "handle": draw(handle), "args": {},
+            "attrs": {}}
 
 
 @st.composite
@@ -324,6 +353,9 @@ TARGETED = {
     "SparseTablePull": pull_case(),
     "SparseTablePush": push_case(),
     "SparseTableExport": export_case(),
+    "SparseTableExportSince": export_since_case(),
+    "SparseTableMarkChanges": mark_changes_case(),
+    "SparseTableChanges": changes_case(),
     "SparseTableImport": import_case(),
     "SparseTableEvict": evict_case(),
     "SparseTableSize": info_case(),

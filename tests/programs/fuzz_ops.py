@@ -94,8 +94,11 @@ class Pool:
             _ops.sparse_table_evict(self.handles[name], 0.0, 1.0, 0, 0)
 
 
+EXPORT_OPS = ("SparseTableExport", "SparseTableExportSince")
+
+
 def _tensor(spec: dict, case: dict, pool: Pool, arg: str) -> tf.Tensor:
-    if (case["op"] == "SparseTableExport" and arg == "cursor"
+    if (case["op"] in EXPORT_OPS and arg == "cursor"
             and spec["value"] == "last"):
         spec = dict(spec, value=pool.cursors[case["handle"]])
     value = fc.materialize(spec)
@@ -190,7 +193,7 @@ def _check_success(case: dict, out, pool: Pool) -> None:
         n = int(np.prod(args["keys"]["shape"]))
         if tuple(out.shape) != (n, pool.dims[h]):
             raise BadOutcome(f"pull output {out.shape}, want {(n, pool.dims[h])}")
-    elif op == "SparseTableExport":
+    elif op in EXPORT_OPS:
         keys, w, s, meta, nxt = (x.numpy() for x in out)
         n = len(keys)
         if w.shape != (n, pool.dims[h]) or meta.shape != (n, 3) or len(s) != n:
@@ -199,7 +202,23 @@ def _check_success(case: dict, out, pool: Pool) -> None:
             raise BadOutcome("export returned a key twice")
         if not (nxt == -1 or nxt >= 0):
             raise BadOutcome(f"export next_cursor {nxt}")
+        if op == "SparseTableExportSince":
+            since = int(fc.materialize(args["since_step"]))
+            if n and not (meta[:, 2] > since).all():
+                raise BadOutcome(f"export since {since} returned a row with "
+                                 f"last_step {meta[:, 2].min()}")
         pool.cursors[h] = int(nxt)
+    elif op == "SparseTableMarkChanges":
+        v = out.numpy()
+        enable = bool(fc.materialize(args["enable"]))
+        if v.shape != (2,) or v[0] < 0 or v[1] < -1 or (v[1] == -1) == enable:
+            raise BadOutcome(f"mark_changes(enable={enable}) returned {v}")
+    elif op == "SparseTableChanges":
+        info, deleted = (x.numpy() for x in out)
+        if info.shape != (4,) or deleted.ndim != 1 or info[0] < 0 or (
+                info[1] < -1) or info[2] < 0 or info[3] < 0:
+            raise BadOutcome(f"changes returned info {info}, deleted "
+                             f"{deleted.shape}")
     elif op == "TnetSumRows" and not case.get("generic"):
         v = fc.materialize(args["values"]).astype(np.float32)
         idx = fc.materialize(args["indices"])
@@ -256,6 +275,10 @@ def shape_sweep_cases() -> list[dict]:
         "SparseTableExport": (h, {"cursor": _spec("int64", [], "value", 0),
                                   "max_rows": _spec("int64", [], "value", 8)},
                               {}),
+        "SparseTableExportSince": (h, {
+            "cursor": _spec("int64", [], "value", 0),
+            "max_rows": _spec("int64", [], "value", 8),
+            "since_step": _spec("int64", [], "value", -1)}, {}),
         "SparseTableImport": (h, {
             "keys": _spec("int64", [2]), "weights": _spec("float32", [2, d]),
             "slots": _spec("float32", [2, 0]), "meta": _spec("float64", [2, 3])},
@@ -281,6 +304,8 @@ def main() -> int:
     p.add_argument("--log", default=os.devnull)
     p.add_argument("--summary")
     p.add_argument("--replay", help="run one logged case and exit")
+    p.add_argument("--replay-file", help="run every case of this JSON list "
+                   "(logged to --log first); print their outcomes")
     p.add_argument("--shape-sweep", action="store_true",
                    help="run shape_sweep_cases(); print their outcomes")
     p.add_argument("--list-ops", action="store_true")
@@ -294,6 +319,14 @@ def main() -> int:
     pool = Pool()
     if a.replay:
         print(run_case(json.loads(a.replay), pool))
+        return 0
+    if a.replay_file:
+        log = open(a.log, "w", buffering=1)
+        outcomes = []
+        for case in json.loads(pathlib.Path(a.replay_file).read_text()):
+            log.write(json.dumps(case) + "\n")
+            outcomes.append(run_case(case, pool))
+        print(json.dumps({"outcomes": outcomes}))
         return 0
     if a.shape_sweep:
         log = open(a.log, "w", buffering=1)

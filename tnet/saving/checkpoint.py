@@ -45,23 +45,25 @@ because HDF5 running out of space mid-file can leave h5py unusable for the
 rest of the process (tests/test_faults.py).
 
 Incremental checkpoints (`incremental=True`): a delta holds the rows that
-differ from the parent checkpoint (new keys and changed rows) plus the keys
-deleted since. Which rows differ is decided exactly, independently of table
-internals: the process keeps, per table, the sorted keys of the last
-checkpoint it wrote or restored and a 64-bit hash of each row's bytes
-(weights, slots, show, click, last_step): 16 bytes per row (160 MB for 10M
-rows; the save also builds the next index, so an incremental save of a
-10M-row table peaks around 0.5 GB above the table, a full save without
-`incremental` stays at a few chunks). A row that changed although its
-last_step is older than the parent's train_step was changed by something
-other than a training push (an eviction pass with show decay, rows imported
-with old meta): then the delta is abandoned and a full checkpoint written
-(`full_reason` in the manifest says why), as after `full_every` saves, when
-this process has no index of the newest checkpoint, or when the table set
-changed. Pure evictions (decay 1.0, TTL, thresholds) stay deltas: their keys
-are listed as deleted. Note that a delta still streams every row out of the
-table (there is no "rows since step" export op), so it saves disk writes,
-not the export pass.
+changed since the parent checkpoint plus the keys freed since, and costs
+what changed: each shard exports only rows with last_step > its change mark
+(`SparseTable.export_shard(..., since_step=)`, a scan in C++ on the ps) and
+the freed keys come from a bounded C++ deletion log; the chief keeps no
+per-row index (delta_marks.py: a checkpoint id and (generation, mark) per
+shard). After every save / tracked restore each shard is marked: mark = the
+largest last_step any row has, and from then on every change is either
+stamped above the mark (pushes with a step above it, which Keras training
+gives: pushes use `optimizer.iterations`, read before the step's increment,
+so every push after a save has step >= the saved train_step > the mark, also
+under ParameterServerStrategy where all workers are joined before a save;
+rows inserted by a training pull are stamped mark + 1) or counted as
+untracked (pushes with a step <= mark, imports of rows with last_step <=
+mark, show decay). Untracked changes, or more freed keys than the log holds
+(max(65536, rows / 2) per shard), make the save write a full checkpoint
+(`full_reason` says why), as after `full_every` saves, when this process
+has no marks of the newest checkpoint, or when the table set changed.
+`deleted` lists keys freed since the parent and not live now (it may list
+keys created and freed in between: restore skips them harmlessly).
 
 Restore resolves the chain (full, then deltas), checks every file's size and
 sha256, each table's dim, slot count and optimizer against the model, and
@@ -83,14 +85,15 @@ ParameterServerStrategy: call save/restore on the chief (the callback does,
 at epoch ends, after Keras has joined all workers). Every row travels from
 its ps task to the chief through `export_shard` in `chunk_rows` chunks (one
 RPC per chunk) and is written to the chief's disk; training is stopped
-meanwhile. The cost is one pass over the whole table at network speed
-(~1.5 GB for 10M rows of dim 16 with Adagrad), full or delta. Restore
-streams the rows back the same way.
+meanwhile. A full save costs one pass over the whole table at network
+speed (~1.5 GB for 10M rows of dim 16 with Adagrad); a delta sends only the
+changed rows. Restore streams the rows back in large batches, reading the
+next batch while importing one (restore.py).
 
 Code: this module saves (orchestration, deltas, disk-full handling, part
 writing); `restore.py` verifies and restores; `manifest.py` holds the
-layout constants, errors, manifest and listing; `delta_index.py` the
-row-hash index behind deltas; `model_state.py` the dense view and the
+layout constants, errors, manifest and listing; `delta_marks.py` the
+change marks behind deltas; `model_state.py` the dense view and the
 model helpers; `h5parts.py` the HDF5 part files; `files.py` fsync, sha256
 and progress.
 """
@@ -109,8 +112,8 @@ import h5py
 import numpy as np
 import tensorflow as tf
 
-from tnet.saving.delta_index import (
-    _Index, _IndexBuilder, _INDEXES, _lookup, _row_hash, _UntrackedChange)
+from tnet.saving.delta_marks import (
+    _deleted_keys, _set_marks, _table_changes)
 from tnet.saving.files import (
     _default_progress, _fsync_dir, _fsync_file, _Progress, _safe_name, _sha256,
     Progress)
@@ -182,16 +185,13 @@ def save(model, directory: str, step: Optional[int] = None,
                                     full_every) if incremental
                       else (None, None))
     if parent is None:
+        if incremental:
+            say(f"ckpt-{step}: {reason}; writing a full checkpoint instead")
         _check_free_space(model, tables, directory, final)
     start = time.monotonic()
     try:
-        try:
-            path, summary = _write(model, tables, directory, step, train_step,
-                                   parent, reason, chunk_rows, incremental, say)
-        except _UntrackedChange as e:
-            say(f"ckpt-{step}: {e}; writing a full checkpoint instead")
-            path, summary = _write(model, tables, directory, step, train_step,
-                                   None, str(e), chunk_rows, incremental, say)
+        path, summary = _write(model, tables, directory, step, train_step,
+                               parent, reason, chunk_rows, incremental, say)
     except CheckpointError:
         raise
     except OSError as e:
@@ -277,7 +277,8 @@ def _is_disk_full(error: BaseException) -> bool:
 
 
 def _delta_parent(directory, tables, step, train_step, full_every):
-    """(parent (path, manifest), None) for a delta, or (None, reason)."""
+    """((path, manifest, {table: per-shard changes}), None) for a delta, or
+    (None, reason)."""
     latest = latest_checkpoint(directory)
     if latest is None:
         return None, "first checkpoint in the directory"
@@ -289,16 +290,16 @@ def _delta_parent(directory, tables, step, train_step, full_every):
         return None, f"full_every={full_every}"
     if sorted(manifest["tables"]) != sorted(tables):
         return None, f"the set of tables differs from {name}"
-    for tname, table in tables.items():
-        index = _INDEXES.get(table)
-        if index is None or index.ckpt_id != manifest["id"]:
-            return None, (f"this process holds no row index of {name} for "
-                          f"table {tname!r} (it did not write it or restore "
-                          "it with track_changes=True)")
+    changes = {}
+    for tname, table in sorted(tables.items()):
         info = manifest["tables"][tname]
         if info["dim"] != table.dim or info["num_slots"] != table.num_slots:
             return None, f"table {tname!r} changed shape since {name}"
-    return (latest, manifest), None
+        changes[tname], reason = _table_changes(table, tname, latest,
+                                                manifest["id"])
+        if reason is not None:
+            return None, reason
+    return (latest, manifest, changes), None
 
 
 def _write(model, tables, directory, step, train_step, parent, full_reason,
@@ -317,7 +318,7 @@ def _write(model, tables, directory, step, train_step, parent, full_reason,
                             parent_id=None, chain=[], depth=0,
                             full_reason=full_reason)
         else:
-            ppath, pman = parent
+            ppath, pman, _ = parent
             pname = os.path.basename(ppath)
             chain = list(pman.get("chain", [])) + [
                 {"name": pname, "id": pman["id"]}]
@@ -326,15 +327,12 @@ def _write(model, tables, directory, step, train_step, parent, full_reason,
                             parent_id=pman["id"], chain=chain,
                             depth=pman.get("depth", 0) + 1, full_reason=None)
         manifest["tables"] = {}
-        indexes = {}
         total_rows = written = 0
         for name in sorted(tables):
-            prev = _INDEXES.get(tables[name]) if parent is not None else None
-            info, index = _write_table(tables[name], name, tmp, step,
-                                       train_step, prev, chunk_rows,
-                                       track or parent is not None, say)
+            changes = parent[2][name] if parent is not None else None
+            info = _write_table(tables[name], name, tmp, step, changes,
+                                chunk_rows, say)
             manifest["tables"][name] = info
-            indexes[name] = index
             total_rows += info["rows"]
             written += info["rows_written"]
         manifest["dense"] = _write_dense(model, tmp)
@@ -360,86 +358,65 @@ def _write(model, tables, directory, step, train_step, parent, full_reason,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for name, table in tables.items():
-        if track and indexes[name] is not None:
-            indexes[name].ckpt_id = ckpt_id
-            _INDEXES[table] = indexes[name]
-        else:
-            _INDEXES.pop(table, None)
+    # The new marks: training is stopped during a save, so nothing changed
+    # since the rows were exported.
+    for table in tables.values():
+        _set_marks(table, ckpt_id if track else None)
     size = sum(v["bytes"] for v in files.values())
     summary = (f"{manifest['kind']}, {len(tables)} tables, {total_rows:,} "
                f"rows, {written:,} written, {size / 1e6:.1f} MB")
     return final, summary
 
 
-def _write_part(path, table, name, shard, chunk_rows, select, progress):
-    """Streams shard `shard` of `table` into `path`.
-
-    `select(keys, weights, slots, meta) -> mask or None` sees every chunk
-    (it maintains the row index) and picks the rows to write (None: all).
-    Returns (live rows, rows written).
-    """
+def _write_part(path, table, name, shard, chunk_rows, since_step, progress,
+                written_keys):
+    """Streams shard `shard` of `table` into `path`: every row, or (since_step
+    >= 0) only rows whose last_step > since_step (a delta). Appends the
+    keys written to `written_keys` (a list) if it is not None.
+    Returns the rows written."""
     part = _Part(path, table, name, shard, chunk_rows)
-    live = 0
     try:
         cursor = 0
         while cursor != -1:
-            k, w, s, m, cursor = table.export_shard(shard, cursor, chunk_rows)
+            k, w, s, m, cursor = table.export_shard(
+                shard, cursor, chunk_rows,
+                since_step=None if since_step < 0 else since_step)
             cursor = int(cursor)
             k, w, s, m = k.numpy(), w.numpy(), s.numpy(), m.numpy()
-            n = len(k)
-            live += n
-            mask = select(k, w, s, m)
-            if mask is not None:
-                k, w, s, m = k[mask], w[mask], s[mask], m[mask]
             part.append(k, w, s, m)
-            progress.update(n)
+            if written_keys is not None and len(k):
+                written_keys.append(k)
+            progress.update(len(k))
             del k, w, s, m
         part.close()
     except BaseException:
         part.abort()
         raise
-    return live, part.rows
+    return part.rows
 
 
 def _write_table(table: SparseTable, name: str, tmp: str, step: int,
-                 train_step: int, prev: Optional[_Index], chunk_rows: int,
-                 track: bool, say):
+                 changes: Optional[list], chunk_rows: int, say):
+    """Writes one table: every row (changes None) or, for a delta, each
+    shard's rows changed since its mark plus the deletion log."""
     rel_dir = os.path.join("sparse", _safe_name(name))
     os.makedirs(os.path.join(tmp, rel_dir), exist_ok=True)
-    total = int(table.size())
+    live = int(table.size())
     bytes_per_row = 8 + 4 * (table.dim + table.num_slots) + 24
-    progress = _Progress(say, f"ckpt-{step} table {name!r}", total,
+    delta = changes is not None
+    progress = _Progress(say, f"ckpt-{step} table {name!r}"
+                         + (" (changed rows)" if delta else ""), live,
                          bytes_per_row)
-    builder = _IndexBuilder(total) if track else None
-
-    def select(k, w, s, m):
-        if builder is None:
-            return None
-        h = _row_hash(w, s, m)
-        builder.add(k, h)
-        if prev is None:
-            return None
-        known, pos = _lookup(prev.keys, k)
-        same = known & (prev.hashes[pos] == h)
-        untracked = known & ~same & (m[:, 2] < prev.train_step)
-        if untracked.any():
-            raise _UntrackedChange(
-                f"table {name!r}: {int(untracked.sum())}+ rows changed since "
-                f"the parent checkpoint without a training push (last_step < "
-                f"{prev.train_step}), e.g. an eviction with show decay")
-        return ~same
-
-    parts, live, written = [], 0, 0
+    written_keys = [] if delta else None
+    parts, written = [], 0
     for shard in range(table.num_shards):
         rel = os.path.join(rel_dir, f"part-{shard}.h5")
-        n_live, n_written = _write_part(os.path.join(tmp, rel), table, name,
-                                        shard, chunk_rows, select, progress)
-        parts.append({"file": rel, "shard": shard, "rows": n_written})
-        live += n_live
-        written += n_written
+        since = changes[shard]["mark"] if delta else -1
+        n = _write_part(os.path.join(tmp, rel), table, name, shard,
+                        chunk_rows, since, progress, written_keys)
+        parts.append({"file": rel, "shard": shard, "rows": n})
+        written += n
     progress.end()
-    index = builder.finish("", train_step) if builder is not None else None
     info = {
         "dim": table.dim, "num_slots": table.num_slots,
         "optimizer": {"name": table.optimizer.name,
@@ -447,10 +424,13 @@ def _write_table(table: SparseTable, name: str, tmp: str, step: int,
         "shard_function": SHARD_FUNCTION, "num_shards": table.num_shards,
         "dtypes": dict(DTYPES), "rows": live, "rows_written": written,
         "parts": parts, "deleted": 0, "deleted_file": None,
+        "since_steps": ([c["mark"] for c in changes] if delta else None),
     }
-    if prev is not None:
-        found, _ = _lookup(index.keys, prev.keys)
-        deleted = prev.keys[~found]
+    if delta:
+        keys = (np.concatenate(written_keys) if written_keys
+                else np.zeros(0, np.int64))
+        deleted = _deleted_keys(changes, keys)
+        del keys, written_keys
         rel = os.path.join(rel_dir, "deleted.h5")
         with h5py.File(os.path.join(tmp, rel), "w") as f:
             f.create_dataset("keys", data=deleted, dtype=np.int64,
@@ -460,8 +440,7 @@ def _write_table(table: SparseTable, name: str, tmp: str, step: int,
             f.attrs["table"] = name
         info["deleted"] = int(len(deleted))
         info["deleted_file"] = rel
-    return info, index
-
+    return info
 
 
 def _remove_stale_temps(directory: str) -> None:

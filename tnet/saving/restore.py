@@ -3,29 +3,36 @@ the dense state and every table, streamed in chunks and resharded.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
+import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
 import h5py
 import numpy as np
+import tensorflow as tf
 
-from tnet.saving.delta_index import (
-    _Index, _IndexBuilder, _INDEXES, _lookup, _row_hash)
+from tnet.saving.delta_marks import _set_marks
 from tnet.saving.files import (
     _default_progress, _Progress, _sha256, logger, Progress)
 from tnet.saving.h5parts import _check_h5
 from tnet.saving.manifest import (
-    _jsonable, _resolve, CheckpointError, DEFAULT_CHUNK_ROWS, DTYPES, MANIFEST,
+    _jsonable, _resolve, CheckpointError, DTYPES, MANIFEST,
     read_manifest, SHARD_FUNCTION)
 from tnet.saving.model_state import (
     _dense_variable_count, _model_tables, _restore_dense, _strategy_scope)
 from tnet.table import SparseTable
 
+# Rows per restore batch: large batches amortize the per-call overhead
+# (h5py selections, op dispatch, the import's grouping by stripe).
+RESTORE_BATCH_ROWS = 1 << 19
+
 
 # --------------------------------------------------------------- restore
 def restore(model, path: str, track_changes: bool = False,
-            chunk_rows: int = DEFAULT_CHUNK_ROWS,
+            chunk_rows: int = RESTORE_BATCH_ROWS,
             progress: Optional[Progress] = None) -> int:
     """Restores `model` from a checkpoint; returns its step.
 
@@ -34,9 +41,11 @@ def restore(model, path: str, track_changes: bool = False,
         Tables are created if the model was not called yet.
       path: a `ckpt-<step>` directory, or a directory of checkpoints (its
         newest one is used).
-      track_changes: keep the row index of the restored state so the next
-        `save(..., incremental=True)` can write a delta on top of it.
-      chunk_rows: rows per HDF5 read / import call.
+      track_changes: mark the tables' change tracking at the restored
+        checkpoint so the next `save(..., incremental=True)` can write a
+        delta on top of it (a few bytes per shard; see delta_marks.py).
+      chunk_rows: rows per HDF5 read / import call (default 512K: ~45 MB
+        at dim 8 with Adagrad, two batches in memory at a time).
       progress: callable taking a progress line.
 
     Everything is verified (files, checksums, table shapes, dtypes) before
@@ -58,12 +67,12 @@ def restore(model, path: str, track_changes: bool = False,
         _restore_dense(model, ckpt, final_manifest, built)
     rows = 0
     for name in sorted(tables):
-        index = _restore_table(tables[name], name, chain, chunk_rows,
-                               track_changes, say)
-        if index is not None:
-            _INDEXES[tables[name]] = index
-        else:
-            _INDEXES.pop(tables[name], None)
+        # No tracking while the table is cleared and refilled (the clear
+        # would fill the deletion log); marked afterwards if asked.
+        _set_marks(tables[name], None)
+        _restore_table(tables[name], name, chain, chunk_rows, say)
+        if track_changes:
+            _set_marks(tables[name], final_manifest["id"])
         rows += final_manifest["tables"][name]["rows"]
     say(f"restored {ckpt} (step {final_manifest['step']}, "
         f"{len(chain)} checkpoint(s), {len(tables)} tables, {rows:,} rows) "
@@ -194,44 +203,46 @@ def _clear(table: SparseTable) -> None:
                 current_step=0)
 
 
-def _restore_table(table: SparseTable, name: str, chain, chunk_rows: int,
-                   track: bool, say) -> Optional[_Index]:
+def _restore_table(table: SparseTable, name: str, chain, batch_rows: int,
+                   say) -> None:
     """Clears `table` and imports the chain's rows, newest first, each key
-    once. Returns the row index (track) or None."""
+    once.
+
+    Speed (BENCHMARKS.md, "Checkpoint scale"): rows are read in large
+    batches by a reader thread while this thread imports the previous batch
+    (h5py holds the GIL while it reads; the import op releases it and runs
+    on TensorFlow's thread pool, so the two overlap), and a part written by
+    shard k of a table with the same shard count goes straight to shard k
+    (its keys all route there) instead of through a per-key partition.
+    """
     final_manifest = chain[-1][1]
     expected = final_manifest["tables"][name]["rows"]
     stored = sum(m["tables"][name]["rows_written"] for _, m in chain)
     progress = _Progress(say, f"restore table {name!r}", stored,
                          8 + 4 * (table.dim + table.num_slots) + 24)
-    builder = _IndexBuilder(expected) if track else None
     _clear(table)
-    done = np.zeros(0, np.int64)  # keys settled by newer checkpoints
+    done = np.zeros(0, np.int64)  # sorted keys settled by newer checkpoints
     multi = len(chain) > 1
     for i, (cpath, manifest) in enumerate(reversed(chain)):
         info = manifest["tables"][name]
         newest, oldest = i == 0, i == len(chain) - 1
+        same_shards = info.get("num_shards") == table.num_shards
         seen = []
-        for part in info["parts"]:
-            with h5py.File(os.path.join(cpath, part["file"]), "r") as f:
-                n = part["rows"]
-                for a in range(0, n, chunk_rows):
-                    b = min(n, a + chunk_rows)
-                    k = f["keys"][a:b]
-                    w = f["weights"][a:b]
-                    s = f["slots"][a:b] if table.num_slots else np.zeros(
-                        (b - a, 0), np.float32)
-                    m = f["meta"][a:b]
-                    if multi and not newest:
-                        keep, _ = _lookup(done, k)
-                        keep = ~keep
-                        k, w, s, m = k[keep], w[keep], s[keep], m[keep]
-                    if len(k):
-                        table.import_rows(k, w, s, m)
-                        if builder is not None:
-                            builder.add(k, _row_hash(w, s, m))
-                    if multi and not oldest:
-                        seen.append(k)
-                    progress.update(b - a)
+        # Batches that need no filtering become tensors in the reader
+        # thread too (the copy is a third of the import's time).
+        filtering = multi and not newest and len(done) > 0
+        batches = contextlib.closing(_prefetched(_read_batches(
+            cpath, info["parts"], table.num_slots, batch_rows,
+            as_tensors=not filtering)))
+        with batches as it:
+            for shard, k, w, s, m in it:
+                n = len(k)
+                k = _import_batch(table, shard, k, w, s, m, done,
+                                  same_shards, not newest)
+                if multi and not oldest:
+                    seen.append(np.asarray(k))
+                progress.update(n)
+                del k, w, s, m
         if multi and not oldest:
             if info.get("deleted_file"):
                 with h5py.File(os.path.join(cpath, info["deleted_file"]),
@@ -246,8 +257,97 @@ def _restore_table(table: SparseTable, name: str, chain, chunk_rows: int,
             f"table {name!r}: restored {live} rows, "
             f"{os.path.join(chain[-1][0], MANIFEST)} says {expected}",
             chain[-1][0])
-    if builder is None:
-        return None
-    return builder.finish(final_manifest["id"],
-                          int(final_manifest.get("train_step",
-                                                 final_manifest["step"])))
+
+
+def _import_batch(table: SparseTable, shard: int, k, w, s, m,
+                  done: np.ndarray, same_shards: bool, filter_done: bool):
+    """Imports one batch, minus the keys in `done` (settled by newer
+    checkpoints) if filter_done; returns the keys imported."""
+    if filter_done and len(done):
+        k, w, s, m = (np.asarray(x) for x in (k, w, s, m))
+        keep = ~_in_sorted(done, k)
+        k, w, s, m = k[keep], w[keep], s[keep], m[keep]
+    if (k.shape[0] if hasattr(k, "shape") else len(k)):
+        if same_shards:
+            table.import_shard(shard, k, w, s, m)
+        else:
+            table.import_rows(k, w, s, m)
+    return k
+
+
+def _read_batches(cpath: str, parts, num_slots: int, batch_rows: int,
+                  as_tensors: bool = False):
+    """Yields (shard, keys, weights, slots, meta) batches of every part, as
+    numpy arrays or (as_tensors) tf.Tensors."""
+    for part in parts:
+        with h5py.File(os.path.join(cpath, part["file"]), "r") as f:
+            n = part["rows"]
+            cols = [f["keys"], f["weights"], f["slots"], f["meta"]]
+            for a in range(0, n, batch_rows):
+                b = min(n, a + batch_rows)
+                out = []
+                for ds in cols:
+                    arr = np.empty((b - a,) + ds.shape[1:], ds.dtype)
+                    if arr.size:
+                        ds.read_direct(arr, np.s_[a:b])
+                    out.append(tf.convert_to_tensor(arr) if as_tensors
+                               else arr)
+                yield (part["shard"], *out)
+
+
+def _prefetched(items, depth: int = 1):
+    """Iterates `items` in a reader thread, up to `depth` items ahead, so
+    reading the next batch overlaps with the caller's work on this one.
+    The reader stops when the caller stops early (an error)."""
+    q: "queue.Queue" = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def run():
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        q.put(("item", item), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(("end", end))
+        except BaseException as e:  # noqa: BLE001  (re-raised by the caller)
+            q.put(("error", e))
+
+    thread = threading.Thread(target=run, name="tnet-restore-reader",
+                              daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                pass
+            thread.join(0.05)
+
+
+def _in_sorted(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Mask of `keys` found in `sorted_keys`. The queries are sorted first:
+    binary searches for keys in table order (random) miss the cache at
+    every probe; in sorted order neighbouring searches share their path."""
+    if len(sorted_keys) == 0 or len(keys) == 0:
+        return np.zeros(len(keys), bool)
+    order = np.argsort(keys, kind="stable")
+    pos = np.searchsorted(sorted_keys, keys[order])
+    np.minimum(pos, len(sorted_keys) - 1, out=pos)
+    found = np.empty(len(keys), bool)
+    found[order] = sorted_keys[pos] == keys[order]
+    return found

@@ -11,11 +11,14 @@ namespace tnet {
 
 namespace tf = ::tensorflow;
 
+// SparseTableExport (every row) and SparseTableExportSince (rows whose
+// last_step > since_step, input 3) share this kernel.
 class SparseTableExportOp : public tf::OpKernel {
  public:
   explicit SparseTableExportOp(tf::OpKernelConstruction* ctx)
       : tf::OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, GetDimAttr(ctx, &dim_));
+    has_since_ = ctx->num_inputs() == 4;
   }
 
   void Compute(tf::OpKernelContext* ctx) override {
@@ -27,6 +30,15 @@ class SparseTableExportOp : public tf::OpKernel {
     OP_REQUIRES(ctx, max_rows >= 0,
                 tf::errors::InvalidArgument("max_rows must be >= 0, got ",
                                             max_rows));
+    int64_t since_step = -1;
+    if (has_since_) {
+      OP_REQUIRES_OK(ctx,
+                     ScalarInput<int64_t>(ctx, 3, "since_step", &since_step));
+      OP_REQUIRES(ctx, since_step >= -1,
+                  tf::errors::InvalidArgument(
+                      "since_step must be >= -1 (-1: every row), got ",
+                      since_step));
+    }
     TableShard* table = res->table();
     OP_REQUIRES(ctx, table->ValidCursor(cursor),
                 tf::errors::InvalidArgument(
@@ -41,7 +53,8 @@ class SparseTableExportOp : public tf::OpKernel {
     slots.reserve(reserve * table->num_slots());
     meta.reserve(reserve);
     const int64_t next =
-        table->Export(cursor, max_rows, &keys, &weights, &slots, &meta);
+        table->Export(cursor, max_rows, since_step, &keys, &weights, &slots,
+                      &meta);
     const int64_t n = static_cast<int64_t>(keys.size());
     const int64_t s = table->num_slots();
     tf::Tensor *k_out, *w_out, *s_out, *m_out, *c_out;
@@ -69,6 +82,7 @@ class SparseTableExportOp : public tf::OpKernel {
 
  private:
   int64_t dim_;
+  bool has_since_ = false;
 };
 
 class SparseTableImportOp : public tf::OpKernel {
@@ -141,6 +155,8 @@ class SparseTableImportOp : public tf::OpKernel {
 };
 
 REGISTER_KERNEL_BUILDER(Name("SparseTableExport").Device(tf::DEVICE_CPU),
+                        SparseTableExportOp);
+REGISTER_KERNEL_BUILDER(Name("SparseTableExportSince").Device(tf::DEVICE_CPU),
                         SparseTableExportOp);
 REGISTER_KERNEL_BUILDER(Name("SparseTableImport").Device(tf::DEVICE_CPU),
                         SparseTableImportOp);

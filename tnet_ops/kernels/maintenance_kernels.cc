@@ -1,8 +1,11 @@
-// SparseTableSize, SparseTableMemoryBytes, SparseTableStats and
-// SparseTableEvict. These take no
+// SparseTableSize, SparseTableMemoryBytes, SparseTableStats,
+// SparseTableMarkChanges, SparseTableChanges and SparseTableEvict. These
+// take no
 // dim attr: they work on any tnet table handle.
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tnet_ops/kernels/table_resource.h"
@@ -57,6 +60,46 @@ class SparseTableStatsOp : public tf::OpKernel {
   }
 };
 
+class SparseTableMarkChangesOp : public tf::OpKernel {
+ public:
+  using tf::OpKernel::OpKernel;
+  void Compute(tf::OpKernelContext* ctx) override {
+    tf::core::RefCountPtr<TableResource> res;
+    OP_REQUIRES_OK(ctx, LookupTable(ctx, 0, /*expected_dim=*/-1, &res));
+    bool enable = false;
+    OP_REQUIRES_OK(ctx, ScalarInput<bool>(ctx, 1, "enable", &enable));
+    const int64_t generation = res->table()->MarkChanges(enable);
+    const ChangeInfo c = res->table()->Changes(nullptr);
+    tf::Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {2}, &out));
+    out->vec<int64_t>()(0) = generation;
+    out->vec<int64_t>()(1) = c.mark;
+  }
+};
+
+class SparseTableChangesOp : public tf::OpKernel {
+ public:
+  using tf::OpKernel::OpKernel;
+  void Compute(tf::OpKernelContext* ctx) override {
+    tf::core::RefCountPtr<TableResource> res;
+    OP_REQUIRES_OK(ctx, LookupTable(ctx, 0, /*expected_dim=*/-1, &res));
+    std::vector<int64_t> deleted;
+    const ChangeInfo c = res->table()->Changes(&deleted);
+    tf::Tensor *info, *keys;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {4}, &info));
+    auto v = info->vec<int64_t>();
+    v(0) = c.generation;
+    v(1) = c.mark;
+    v(2) = c.untracked;
+    v(3) = c.dropped;
+    const int64_t n = static_cast<int64_t>(deleted.size());
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, {n}, &keys));
+    if (n > 0) {
+      std::memcpy(keys->flat<int64_t>().data(), deleted.data(), n * 8);
+    }
+  }
+};
+
 class SparseTableEvictOp : public tf::OpKernel {
  public:
   explicit SparseTableEvictOp(tf::OpKernelConstruction* ctx)
@@ -102,6 +145,10 @@ REGISTER_KERNEL_BUILDER(Name("SparseTableMemoryBytes").Device(tf::DEVICE_CPU),
                         SparseTableMemoryBytesOp);
 REGISTER_KERNEL_BUILDER(Name("SparseTableStats").Device(tf::DEVICE_CPU),
                         SparseTableStatsOp);
+REGISTER_KERNEL_BUILDER(Name("SparseTableMarkChanges").Device(tf::DEVICE_CPU),
+                        SparseTableMarkChangesOp);
+REGISTER_KERNEL_BUILDER(Name("SparseTableChanges").Device(tf::DEVICE_CPU),
+                        SparseTableChangesOp);
 REGISTER_KERNEL_BUILDER(Name("SparseTableEvict").Device(tf::DEVICE_CPU),
                         SparseTableEvictOp);
 

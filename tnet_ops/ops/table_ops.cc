@@ -196,6 +196,70 @@ no more rows. Rows never move, so a row live for a whole multi-call export is
 returned exactly once.
 )doc");
 
+REGISTER_OP("SparseTableExportSince")
+    .Input("table: resource")
+    .Input("cursor: int64")
+    .Input("max_rows: int64")
+    .Input("since_step: int64")
+    .Output("keys: int64")
+    .Output("weights: float")
+    .Output("slots: float")
+    .Output("meta: double")
+    .Output("next_cursor: int64")
+    .Attr("dim: int")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      TF_RETURN_IF_ERROR(ScalarInput(c, 1));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 2));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 3));
+      int64_t dim;
+      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
+      DimensionHandle n = c->UnknownDim();
+      c->set_output(0, c->Vector(n));
+      c->set_output(1, c->Matrix(n, dim));
+      c->set_output(2, c->Matrix(n, c->UnknownDim()));
+      c->set_output(3, c->Matrix(n, 3));
+      c->set_output(4, c->Scalar());
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+SparseTableExport restricted to rows whose last_step > since_step (-1: every
+row). Skipped rows do not count against max_rows, so one call can scan a
+whole shard and return only what changed since a checkpoint's mark.
+)doc");
+
+REGISTER_OP("SparseTableMarkChanges")
+    .Input("table: resource")
+    .Input("enable: bool")
+    .Output("mark: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      TF_RETURN_IF_ERROR(ScalarInput(c, 1));
+      c->set_output(0, c->Vector(2));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Starts (enable) or stops change tracking: empties the deletion log and the
+untracked counter and sets the mark to the largest last_step written so far.
+Returns [generation, mark] (mark -1: not tracking), as the table's
+MarkChanges describes.
+)doc");
+
+REGISTER_OP("SparseTableChanges")
+    .Input("table: resource")
+    .Output("info: int64")
+    .Output("deleted: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      c->set_output(0, c->Vector(4));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Changes since the last SparseTableMarkChanges: info = [generation, mark,
+untracked, dropped] and the keys freed since (the deletion log).
+)doc");
+
 REGISTER_OP("SparseTableImport")
     .Input("table: resource")
     .Input("keys: int64")

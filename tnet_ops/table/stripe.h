@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <vector>
 
 #include "tnet_ops/table/hash_index.h"
 #include "tnet_ops/table/pending_map.h"
@@ -25,6 +26,8 @@ struct alignas(64) TableShard::Stripe {
   uint32_t tick = 0;  // bumped on every pending update
   size_t pending_cap = 0;
   uint64_t row_cap = 0;  // 0 = unbounded
+  // Keys freed since the shard's change mark (TableShard::MarkChanges).
+  std::vector<int64_t> deleted;
 
   uint64_t PendingBytes() const { return pending.MemoryBytes(); }
 };

@@ -70,9 +70,64 @@ TableStats TableShard::Stats() const {
   return t;
 }
 
-void TableShard::InitRow(char* row, int64_t key) const {
+void TableShard::BumpMaxStamp(int64_t stamp) {
+  int64_t prev = max_stamp_.load(std::memory_order_relaxed);
+  while (stamp > prev && !max_stamp_.compare_exchange_weak(prev, stamp)) {
+  }
+}
+
+void TableShard::LogDeleted(Stripe* s, int64_t key) {
+  if (!tracking()) return;
+  const int64_t cap = std::max<int64_t>(int64_t{1} << 16, Size() / 2);
+  if (log_size_.fetch_add(1, std::memory_order_relaxed) >= cap) {
+    log_size_.fetch_sub(1, std::memory_order_relaxed);
+    log_dropped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  s->deleted.push_back(key);
+}
+
+int64_t TableShard::MarkChanges(bool enable) {
+  // Callers stop training first (a checkpoint does); the stripe locks only
+  // keep the logs consistent.
+  for (auto& s : stripes_) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    std::vector<int64_t>().swap(s->deleted);
+  }
+  log_size_.store(0, std::memory_order_relaxed);
+  log_dropped_.store(0, std::memory_order_relaxed);
+  untracked_.store(0, std::memory_order_relaxed);
+  mark_.store(enable ? max_stamp_.load(std::memory_order_relaxed) : -1,
+              std::memory_order_relaxed);
+  return generation_.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+ChangeInfo TableShard::Changes(std::vector<int64_t>* deleted) const {
+  ChangeInfo c;
+  c.generation = generation_.load(std::memory_order_relaxed);
+  c.mark = mark_.load(std::memory_order_relaxed);
+  c.untracked = untracked_.load(std::memory_order_relaxed);
+  c.dropped = log_dropped_.load(std::memory_order_relaxed);
+  if (deleted != nullptr) {
+    for (const auto& s : stripes_) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      deleted->insert(deleted->end(), s->deleted.begin(), s->deleted.end());
+    }
+  }
+  return c;
+}
+
+void TableShard::InitRow(char* row, int64_t key) {
   SetKey(row, key);
-  SetMeta(row, {max_step_.load(std::memory_order_relaxed), 0.0f, 0.0f});
+  // While changes are tracked, a new row is stamped above the mark so an
+  // export since the mark finds it even if no push follows (a pull that
+  // inserts in training); the push that usually follows restamps it.
+  int64_t stamp = max_step_.load(std::memory_order_relaxed);
+  const int64_t mark = mark_.load(std::memory_order_relaxed);
+  // (Not counted in max_stamp_ here: Push and Import overwrite the stamp
+  // at once; Pull counts the rows it leaves with this stamp.)
+  if (mark >= 0 && stamp <= mark) stamp = mark + 1;
+  SetMeta(row, {stamp, 0.0f, 0.0f});
   InitializeRow(config_.initializer, key, config_.dim, WeightsOf(row));
   float* slots = SlotsOf(row);
   const OptimizerConfig& oc = config_.optimizer;
@@ -82,7 +137,7 @@ void TableShard::InitRow(char* row, int64_t key) const {
 }
 
 char* TableShard::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
-                                bool* inserted) {
+                                bool* inserted, bool init) {
   const RowArena& arena = s->arena;
   uint32_t id = s->index.Find(
       key, h, [&arena](uint32_t r) { return KeyOf(arena.Row(r)); });
@@ -92,7 +147,11 @@ char* TableShard::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
     return nullptr;
   }
   char* row = s->arena.Row(id);
-  InitRow(row, key);
+  if (init) {
+    InitRow(row, key);
+  } else {
+    SetKey(row, key);
+  }
   s->index.Insert(h, id);
   size_.fetch_add(1, std::memory_order_relaxed);
   if (inserted != nullptr) *inserted = true;
@@ -189,7 +248,9 @@ int64_t TableShard::EnforceCap(Stripe* s) {
                    colder);
   for (uint64_t i = 0; i < n_free; ++i) {
     const uint32_t r = rows[i].row;
-    s->index.EraseRow(Mix64(static_cast<uint64_t>(KeyOf(s->arena.Row(r)))), r);
+    const int64_t key = KeyOf(s->arena.Row(r));
+    LogDeleted(s, key);
+    s->index.EraseRow(Mix64(static_cast<uint64_t>(key)), r);
     s->arena.Free(r);
   }
   const int64_t freed = static_cast<int64_t>(n_free);
@@ -307,7 +368,10 @@ bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
             } else if (training && !admission()) {
               bool inserted = false;
               row = FindOrInsert(s, x.key, x.h, &ok, &inserted);
-              if (inserted) admitted_.fetch_add(1, std::memory_order_relaxed);
+              if (inserted) {
+                admitted_.fetch_add(1, std::memory_order_relaxed);
+                BumpMaxStamp(MetaOf(row).last_step);
+              }
             } else {
               const uint32_t id = s->index.Find(
                   x.key, x.h,
@@ -452,6 +516,11 @@ bool TableShard::Push(const int64_t* keys, int64_t n, const float* grads,
                        const float* clicks, const ParallelRunner& run) {
   int64_t prev = max_step_.load(std::memory_order_relaxed);
   while (step > prev && !max_step_.compare_exchange_weak(prev, step)) {
+  }
+  BumpMaxStamp(step);
+  const int64_t mark = mark_.load(std::memory_order_relaxed);
+  if (mark >= 0 && step <= mark && n > 0) {
+    untracked_.fetch_add(n, std::memory_order_relaxed);
   }
   return DispatchRule(config_.optimizer.rule, [&](auto rule) {
     return PushWithRule<decltype(rule)>(keys, n, grads, lr, step, shows,

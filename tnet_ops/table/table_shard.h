@@ -63,6 +63,14 @@ struct EvictStats {
   int64_t remaining = 0;
 };
 
+// Change tracking for incremental checkpoints (MarkChanges / Changes).
+struct ChangeInfo {
+  int64_t generation = 0;  // bumped by every MarkChanges
+  int64_t mark = -1;       // the mark's step; -1: not tracking
+  int64_t untracked = 0;   // row changes an export since `mark` misses
+  int64_t dropped = 0;     // deletions the bounded log could not hold
+};
+
 // Lifecycle counters of one shard since it was created (Stats()).
 struct TableStats {
   int64_t rows = 0;             // live rows now
@@ -127,10 +135,33 @@ class TableShard {
   // Copies up to max_rows live rows starting at `cursor` (0 = start) and
   // returns the cursor to continue from, or -1 when the table is exhausted.
   // Rows never move, so a row that stays live during a multi-call export is
-  // returned exactly once.
-  int64_t Export(int64_t cursor, int64_t max_rows, std::vector<int64_t>* keys,
-                 std::vector<float>* weights, std::vector<float>* slots,
-                 std::vector<RowMeta>* meta) const;
+  // returned exactly once. since_step >= 0 returns only rows whose
+  // last_step > since_step (the others are skipped without counting against
+  // max_rows); -1 returns every row.
+  int64_t Export(int64_t cursor, int64_t max_rows, int64_t since_step,
+                 std::vector<int64_t>* keys, std::vector<float>* weights,
+                 std::vector<float>* slots, std::vector<RowMeta>* meta) const;
+
+  // Change tracking, what makes an incremental checkpoint cost what changed.
+  // MarkChanges(true) starts a new generation: mark = the largest last_step
+  // any row ever had (so every live row has last_step <= mark), and the
+  // deletion log and the untracked counter are emptied. From then on:
+  // * a row that changes gets last_step > mark (pushes with a step above
+  //   the mark; a row inserted by a pull is stamped max(max pushed step,
+  //   mark + 1)), so Export(since_step = mark) returns it; every change an
+  //   export since the mark would miss is counted in `untracked` instead:
+  //   pushes with step <= mark, imports of rows with last_step <= mark,
+  //   evictions whose show decay changed a row with last_step <= mark;
+  // * every freed row (Evict, the row cap) logs its key, up to
+  //   max(65536, Size() / 2) keys per generation; more are counted in
+  //   `dropped` (the log is then incomplete).
+  // A delta since the mark is exact iff untracked == 0 and dropped == 0.
+  // MarkChanges(false) stops tracking and frees the log. Returns the new
+  // generation.
+  int64_t MarkChanges(bool enable);
+  // The current generation's state; deleted (if given) gets the logged keys
+  // (in log order, possibly repeated: a key freed, re-inserted, freed).
+  ChangeInfo Changes(std::vector<int64_t>* deleted) const;
 
   // Inserts or overwrites rows (weights, slots and meta as given).
   bool Import(const int64_t* keys, int64_t n, const float* weights,
@@ -180,8 +211,10 @@ class TableShard {
   }
   // Finds or inserts (initialized) the row of key. Caller holds the lock.
   // *inserted (if given) says whether the row is new.
+  // init=false leaves a new row's weights, slots and meta unspecified (only
+  // its key is set): for Import, which overwrites them at once.
   char* FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
-                     bool* inserted = nullptr);
+                     bool* inserted = nullptr, bool init = true);
   // Push path with admission: the row of key, or nullptr while the key is
   // not admitted (its pending count grows by show). *fresh: the row was
   // admitted by this call (no gradient must be applied).
@@ -193,7 +226,14 @@ class TableShard {
   // how many. Caller holds the lock.
   int64_t EnforceCap(Stripe* s);
   bool admission() const { return config_.min_count > 1.0f; }
-  void InitRow(char* row, int64_t key) const;
+  void InitRow(char* row, int64_t key);
+  // Change tracking helpers (see MarkChanges). tracking(): a mark is set.
+  bool tracking() const {
+    return mark_.load(std::memory_order_relaxed) >= 0;
+  }
+  // Records that the row of key was freed. Caller holds s's lock.
+  void LogDeleted(Stripe* s, int64_t key);
+  void BumpMaxStamp(int64_t stamp);
 
   // One key of a batch: its Mix64 hash, the key and its position.
   struct Item {
@@ -238,6 +278,13 @@ class TableShard {
   std::atomic<int64_t> evicted_{0};
   std::atomic<int64_t> pending_dropped_{0};
   std::atomic<int64_t> cap_evicted_{0};
+  // Change tracking (MarkChanges): mark_ < 0 means not tracking.
+  std::atomic<int64_t> max_stamp_{0};  // largest last_step ever written
+  std::atomic<int64_t> mark_{-1};
+  std::atomic<int64_t> generation_{0};
+  std::atomic<int64_t> untracked_{0};
+  std::atomic<int64_t> log_size_{0};
+  std::atomic<int64_t> log_dropped_{0};
 };
 
 }  // namespace tnet

@@ -1,5 +1,6 @@
 // TableShard's whole-table row passes: the export cursor, import (restore)
 // and eviction. Pull and push (the per-step path) are in table_shard.cc.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -25,7 +26,7 @@ bool TableShard::ValidCursor(int64_t cursor) const {
 }
 
 int64_t TableShard::Export(int64_t cursor, int64_t max_rows,
-                            std::vector<int64_t>* keys,
+                            int64_t since_step, std::vector<int64_t>* keys,
                             std::vector<float>* weights,
                             std::vector<float>* slots,
                             std::vector<RowMeta>* meta) const {
@@ -41,6 +42,7 @@ int64_t TableShard::Export(int64_t cursor, int64_t max_rows,
     for (; r < end && budget > 0; ++r) {
       if (!s->arena.IsLive(static_cast<uint32_t>(r))) continue;
       char* row = s->arena.Row(static_cast<uint32_t>(r));
+      if (since_step >= 0 && MetaOf(row).last_step <= since_step) continue;
       keys->push_back(KeyOf(row));
       const float* w = WeightsOf(row);
       weights->insert(weights->end(), w, w + dim);
@@ -66,6 +68,18 @@ bool TableShard::Import(const int64_t* keys, int64_t n, const float* weights,
   GroupByStripe(keys, n, run, &items, &off);
   const int dim = config_.dim;
   std::atomic<bool> all_ok{true};
+  int64_t max_stamp = 0, at_or_below_mark = 0;
+  const int64_t mark = mark_.load(std::memory_order_relaxed);
+  for (int64_t i = 0; i < n; ++i) {
+    max_stamp = std::max(max_stamp, meta[i].last_step);
+    if (meta[i].last_step <= mark) ++at_or_below_mark;
+  }
+  BumpMaxStamp(max_stamp);
+  // Imported rows an export since the mark would not see (a restore marks
+  // again afterwards; any other import of old rows forces a full save).
+  if (at_or_below_mark > 0) {
+    untracked_.fetch_add(at_or_below_mark, std::memory_order_relaxed);
+  }
   run(config_.num_stripes, (n / config_.num_stripes + 1) * (2 * dim + 60),
       [&](int64_t begin, int64_t end) {
         bool ok = true;
@@ -75,7 +89,8 @@ bool TableShard::Import(const int64_t* keys, int64_t n, const float* weights,
           std::lock_guard<std::mutex> lock(s->mu);
           for (int64_t k = off[si]; k < off[si + 1]; ++k) {
             const int64_t i = items[k].i;
-            char* row = FindOrInsert(s, items[k].key, items[k].h, &ok);
+            char* row = FindOrInsert(s, items[k].key, items[k].h, &ok,
+                                     nullptr, /*init=*/false);
             if (row == nullptr) continue;
             std::memcpy(WeightsOf(row), weights + i * dim, sizeof(float) * dim);
             std::memcpy(SlotsOf(row), slots + i * num_slots_,
@@ -98,18 +113,28 @@ EvictStats TableShard::Evict(float show_decay_rate, float show_threshold,
         for (int64_t si = begin; si < end; ++si) {
           Stripe* s = stripes_[si].get();
           std::lock_guard<std::mutex> lock(s->mu);
-          int64_t freed = 0;
+          int64_t freed = 0, untracked = 0;
+          const int64_t mark = mark_.load(std::memory_order_relaxed);
           const uint32_t last = s->arena.end();
           for (uint32_t r = 0; r < last; ++r) {
             if (!s->arena.IsLive(r)) continue;
             char* row = s->arena.Row(r);
             RowMeta m = MetaOf(row);
+            const float old_show = m.show;
             m.show *= show_decay_rate;
             SetMeta(row, m);
             const bool cold = m.show < show_threshold;
             const bool stale =
                 ttl_steps > 0 && current_step - m.last_step > ttl_steps;
-            if (!cold && !stale) continue;
+            if (!cold && !stale) {
+              // A decayed show is a change an export since the mark misses.
+              if (mark >= 0 && m.last_step <= mark &&
+                  std::memcmp(&old_show, &m.show, sizeof(float)) != 0) {
+                ++untracked;
+              }
+              continue;
+            }
+            LogDeleted(s, KeyOf(row));
             s->index.EraseRow(Mix64(static_cast<uint64_t>(KeyOf(row))), r);
             s->arena.Free(r);
             ++freed;
@@ -119,6 +144,9 @@ EvictStats TableShard::Evict(float show_decay_rate, float show_threshold,
               const int64_t key = KeyOf(s->arena.Row(to));
               s->index.UpdateRow(Mix64(static_cast<uint64_t>(key)), from, to);
             });
+          }
+          if (untracked > 0) {
+            untracked_.fetch_add(untracked, std::memory_order_relaxed);
           }
           if (freed > 0) {
             s->index.MaybeShrink();

@@ -1,0 +1,88 @@
+"""Change marks: what lets a delta checkpoint read only the changed rows.
+
+After every checkpoint it writes or restores with tracking, the process
+calls `SparseTable.mark_changes()`: each shard (in C++, on its ps) records a
+mark, the largest last_step any of its rows has, and from then on stamps
+every changed row above it, counts the changes it cannot stamp (untracked)
+and logs the keys it frees (bounded). The chief keeps only, per live table,
+the checkpoint id and each shard's (generation, mark): a few bytes, never a
+per-row index. A delta then exports `since_step=mark` per shard and writes
+the deletion log; see checkpoint.py's module docstring for the rules.
+"""
+from __future__ import annotations
+
+import os
+import weakref
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from tnet.table import SparseTable
+
+
+@dataclass
+class _Marks:
+    """The change marks of one table, taken at one checkpoint."""
+    ckpt_id: str
+    shards: List[Tuple[int, int]]  # (generation, mark) per shard
+
+
+# Per live table: the marks of the last checkpoint this process wrote or
+# restored with change tracking.
+_MARKS: "weakref.WeakKeyDictionary[SparseTable, _Marks]" = (
+    weakref.WeakKeyDictionary())
+
+
+def _set_marks(table: SparseTable, ckpt_id: Optional[str]) -> None:
+    """Marks `table` at checkpoint `ckpt_id`, or (None) stops tracking."""
+    if ckpt_id is None:
+        table.mark_changes(False)
+        _MARKS.pop(table, None)
+    else:
+        _MARKS[table] = _Marks(ckpt_id, table.mark_changes(True))
+
+
+def _table_changes(table: SparseTable, tname: str, parent: str,
+                   parent_id: str) -> Tuple[Optional[List[Dict]],
+                                            Optional[str]]:
+    """(per-shard changes since `parent`, None), or (None, why a delta on
+    `parent` would not be exact)."""
+    name = os.path.basename(parent)
+    marks = _MARKS.get(table)
+    if marks is None or marks.ckpt_id != parent_id:
+        return None, (f"this process holds no change marks of {name} for "
+                      f"table {tname!r} (it did not write it or restore it "
+                      "with track_changes=True)")
+    changes = table.changes()
+    if len(changes) != len(marks.shards):
+        return None, f"table {tname!r} changed its shard count since {name}"
+    for shard, (c, (generation, mark)) in enumerate(zip(changes,
+                                                        marks.shards)):
+        if c["generation"] != generation or c["mark"] != mark or mark < 0:
+            return None, (f"table {tname!r} shard {shard}: change tracking "
+                          f"was reset since {name}")
+        if c["untracked"]:
+            return None, (
+                f"table {tname!r}: {c['untracked']} row changes since {name} "
+                f"without a training push above step {mark} (an eviction "
+                "with show decay, imported rows, or pushes with an older "
+                "step)")
+        if c["dropped"]:
+            return None, (
+                f"table {tname!r}: more rows were freed since {name} than "
+                f"the deletion log holds ({len(c['deleted']):,} logged, "
+                f"{c['dropped']:,} more)")
+    return changes, None
+
+
+def _deleted_keys(changes: List[Dict], written: np.ndarray) -> np.ndarray:
+    """Sorted unique keys freed since the parent and not live now (a key
+    freed and inserted again is in `written`, the delta's rows)."""
+    logs = [c["deleted"] for c in changes if len(c["deleted"])]
+    if not logs:
+        return np.zeros(0, np.int64)
+    deleted = np.unique(np.concatenate(logs))
+    if len(written):
+        deleted = deleted[~np.isin(deleted, written)]
+    return deleted.astype(np.int64, copy=False)
