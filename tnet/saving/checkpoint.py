@@ -145,7 +145,9 @@ def save(model, directory: str, step: Optional[int] = None,
       step: the checkpoint number; default the optimizer's `iterations`.
       incremental: write a delta on top of the newest checkpoint in
         `directory` when possible (see the module docstring for when a full
-        checkpoint is written instead), and keep the row index this needs.
+        checkpoint is written instead). A delta reads only the rows whose
+        last_step is above each shard's change mark, and the keys freed
+        since (the shard's deletion log); the chief keeps no per-row state.
       keep: if set, afterwards delete all but the newest `keep` checkpoints
         (and the ones their deltas need).
       full_every: with `incremental`, at most `full_every - 1` deltas
