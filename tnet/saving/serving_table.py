@@ -256,7 +256,8 @@ class SpilledTable:
             bucket = (mixed >> (64 - self.bits)) + (1 << (self.bits - 1))
         else:
             bucket = np.zeros(mixed.shape, np.int64)
-        order = np.argsort(bucket, kind="stable")
+        # < 2**16 buckets: a stable sort of uint16 is numpy's radix sort.
+        order = np.argsort(bucket.astype(np.uint16), kind="stable")
         rec = np.empty(keys.shape[0], self.record)
         rec["k"] = mixed[order]
         rec["w"] = weights[order]
@@ -277,7 +278,7 @@ class SpilledTable:
             path = self._path(b)
             rec = np.fromfile(path, dtype=self.record)
             os.remove(path)
-            order = np.argsort(rec["k"], kind="stable")
+            order = np.argsort(rec["k"])  # unique keys: stability moot
             keys = rec["k"][order]
             if keys.shape[0] > 1 and np.any(keys[1:] == keys[:-1]):
                 raise RuntimeError(
