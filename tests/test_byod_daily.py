@@ -71,3 +71,44 @@ def test_daily_loop_resumes_after_kill(tmp_path):
             before = state[day]["eval_before_training"]
             assert 0.5 < before["auc"] <= 1.0 and before["gauc_groups"] > 0
             assert before["calibration"] > 0
+
+
+def test_a_failed_export_check_is_moved_aside_and_redone(tmp_path, monkeypatch):
+    """A day's export that fails its no-tnet check must not stay as that
+    day's version (a rerun would skip it): it is moved to a hidden name."""
+    from absl import flags  # noqa: PLC0415
+    import tnet.train  # noqa: F401,PLC0415  (defines the flags)
+    from tnet import train_daily  # noqa: PLC0415
+    bd.write_spec(tmp_path / "spec.json")
+    bd.write_tfrecord(tmp_path / "data" / DAYS[0] / "part-0.tfrecord",
+                      bd.rows(64, 0))
+    export_dir = tmp_path / "export"
+    FLAGS = flags.FLAGS
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    monkeypatch.setattr(FLAGS, "export_dir", str(export_dir))
+    monkeypatch.setattr(FLAGS, "day_pattern", f"{tmp_path}/data/{{day}}/*")
+    version = export_dir / DAYS[0].replace("-", "")
+
+    class FailingCheck:
+        def export_and_check(self, model, job, version, sample_data):
+            path = export_dir / str(version)
+            os.makedirs(path)  # the export was published, then...
+            (path / "saved_model.pb").write_bytes(b"x")
+            raise RuntimeError("export check: predictions differ")
+
+    state = {"days": {}}
+    spec = tn_spec(tmp_path / "spec.json")
+    import pytest  # noqa: PLC0415
+    with pytest.raises(RuntimeError, match="predictions differ"):
+        train_daily._ensure_export(FailingCheck(), None, spec, DAYS[0], state,
+                                   str(tmp_path))
+    assert not version.exists()
+    assert [n for n in os.listdir(export_dir)
+            if n.startswith(f".{version.name}.failed-")]
+    assert "export" not in state["days"].get(DAYS[0], {})
+
+
+def tn_spec(path):
+    import tnet as tn  # noqa: PLC0415
+    return tn.data.spec.load(str(path))

@@ -218,8 +218,21 @@ def _ensure_export(cli, model, spec, day: str, state: dict, ckpt_dir: str) -> No
         return
     files = _day_files(day)
     job = SpecJobData(False, spec, files, files)
-    result = cli.export_and_check(model, job, version=version,
-                                  sample_data=job.eval())
+    try:
+        result = cli.export_and_check(model, job, version=version,
+                                      sample_data=job.eval())
+    except BaseException:
+        # An export that failed its check (or was interrupted after the
+        # rename) must not stand as the day's version: a rerun would skip
+        # it. Moved aside (TF Serving loads numeric names only) and redone
+        # by the next run.
+        if os.path.isdir(target):
+            aside = os.path.join(FLAGS.export_dir,
+                                 f".{version}.failed-{int(time.time())}")
+            os.rename(target, aside)
+            print(f"tnet.train: day {day}: export failed; moved it to "
+                  f"{aside}", flush=True)
+        raise
     state["days"].setdefault(day, {})["export"] = result["path"]
     write_state(ckpt_dir, state)
     logging.info("exported %s", result["path"])
