@@ -100,13 +100,10 @@ def build_model():
 
 
 def table_of(model):
-    tables = model.tables()
-    if len(tables) != 1:
-        for layer in model.tnet_layers():
-            layer._create_tables()  # noqa: SLF001
-        tables = model.tables()
-    (table,) = tables.values()
-    return table
+    """tools/_saving_common.table_of (imported here: that module imports
+    tnet, which the serve stages must not)."""
+    from tools._saving_common import table_of as shared  # noqa: PLC0415
+    return shared(model)
 
 
 def ids(start, stop):
