@@ -75,10 +75,14 @@ class BuildOps(build_ext):
             objs = list(pool.map(compile_one, sources))
         out = pathlib.Path(self.get_ext_fullpath(ext.name))
         out.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [cxx, "-shared", "-o", str(out), *map(str, objs), *link_flags,
+        # Linked aside, then renamed: a process that has the old library
+        # loaded (a running test or job) keeps its mapping intact.
+        tmp = out.with_name(out.name + ".tmp")
+        cmd = [cxx, "-shared", "-o", str(tmp), *map(str, objs), *link_flags,
                *extra]
         print("[tnet build] link", out, flush=True)
         subprocess.run(cmd, check=True)
+        os.replace(tmp, out)
 
     def _build_bind_shim(self, ext: Extension) -> None:
         """The LD_PRELOAD bind library (plain C, no TensorFlow; tnet/bind.py)."""

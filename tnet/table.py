@@ -290,10 +290,12 @@ class SparseTable(tf.Module):
         return tf.reshape(rows, tf.concat([tf.shape(keys), [self.dim]], 0))
 
     def push(self, keys, grads, learning_rate=None, step=0, shows=None,
-             clicks=None):
+             clicks=None, unique_keys=False):
         """Applies the table's optimizer to the rows of `keys` (1-D).
 
-        grads: [N, dim]. Duplicate keys are summed before the update.
+        grads: [N, dim]. Duplicate keys are summed before the update;
+        unique_keys=True promises there are none and skips that pass (a
+        repeated key would then be updated once per occurrence).
         learning_rate: defaults to the optimizer's (a schedule is called with
         `step`). shows / clicks: optional per-key counts for the lifecycle.
         """
@@ -309,7 +311,7 @@ class SparseTable(tf.Module):
             with tf.device(self.devices[0]):
                 return _ops.sparse_table_push(
                     self.shards[0].resource_handle, keys, grads, lr, step,
-                    shows, clicks, dim=self.dim)
+                    shows, clicks, dim=self.dim, unique_keys=unique_keys)
         shard = self._route(keys)
         n = self.num_shards
         k_parts = tf.dynamic_partition(keys, shard, n)
@@ -323,7 +325,8 @@ class SparseTable(tf.Module):
             with tf.device(self.devices[i]):
                 ops.append(_ops.sparse_table_push(
                     self.shards[i].resource_handle, k_parts[i], g_parts[i],
-                    lr, step, s_parts[i], c_parts[i], dim=self.dim))
+                    lr, step, s_parts[i], c_parts[i], dim=self.dim,
+                    unique_keys=unique_keys))
         return tf.group(ops)
 
     def _keys(self, keys):

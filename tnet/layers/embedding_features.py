@@ -140,6 +140,8 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
     def call(self, features, training=None):
         self._create_tables()
         outputs = _embed(self, features, training, sequence=False)
+        if isinstance(outputs, tf.Tensor):  # already [B, sum of dims]
+            return outputs
         return tf.concat(outputs, axis=1) if len(outputs) > 1 else outputs[0]
 
     def compute_output_shape(self, input_shape):
@@ -157,11 +159,15 @@ def _embed(layer, features, training, sequence: bool):
     Per table, one fused lookup for all its columns. Every column whose ids
     are a dense tensor (`[B]`, `[B, 1]` as from `Input(shape=(1,))`, or
     `[B, L]` padded with -1 / "") joins one `[B, W]` block per id dtype, W
-    the sum of the columns' widths: keys, padding mask and gather are a
-    handful of ops for the whole block whatever the number of columns, and
-    the combiners reduce a `[B, L, dim]` slice with stock ops. Ragged and
-    sparse ids (and every sequence column) go through the general path,
-    which flattens them to (key, example) pairs.
+    the sum of the columns' widths: keys, padding mask, dedup and combine
+    are a handful of ops for the whole block whatever the number of
+    columns, and one `embed_combine` writes every column's combined row
+    into its slot of a `[B, C * dim]` output. Ragged and sparse ids (and
+    every sequence column) go through the general path, which flattens them
+    to (key, example) pairs.
+
+    Returns the per-column outputs, or (when one block of one table holds
+    every column, in order) the layer's whole [B, sum of dims] output.
     """
     if not isinstance(features, dict):
         raise TypeError(
@@ -172,40 +178,60 @@ def _embed(layer, features, training, sequence: bool):
     for table_name, cols in layer._groups.items():
         salted = len(cols) > 1
         blocks: Dict[bool, list] = {}  # is_string -> [(index, col, ids)]
+        sources: Dict[bool, list] = {}  # the blocks' features as given
         general = []
         for index, col in cols:
             ids = _feature(layer, features, col)
             if not sequence and not isinstance(ids, (tf.SparseTensor,
                                                      tf.RaggedTensor)):
+                given = ids
                 ids = _dense_ids(col.categorical_column, ids)
                 blocks.setdefault(ids.dtype == tf.string, []).append(
                     (index, col, ids))
+                sources.setdefault(ids.dtype == tf.string, []).extend(
+                    (given, col.categorical_column.name))
                 continue
             general.append((index, col, ids))
-        keys, parts = [], []
-        for block in blocks.values():
-            valid, mask = _block_keys(block, salted)
-            keys.append(valid)
-            parts.append(("block", block, mask))
+        keys, valids, parts = [], [], []
+        for is_string, block in blocks.items():
+            flat_keys, flat_mask, shape = lookup.traced_once(
+                ("block", salted, *sources[is_string]),
+                lambda block=block: _block_keys(block, salted))
+            keys.append(flat_keys)
+            valids.append(flat_mask)
+            parts.append(("block", block, shape))
         for index, col, ids in general:
             k, r, b, p = fc.ids_to_keys(col.categorical_column, ids,
                                         salted=salted, sequence=sequence)
             keys.append(k)
+            valids.append(None)
             parts.append(("general", (index, col), (r, b, p)))
         table_rows, indices = lookup.fused_lookup(
-            layer.tables[table_name], keys, training, lr_fn)
+            layer.tables[table_name], keys, training, lr_fn, valids)
+        every_column = list(range(len(outputs)))
+        flat = []  # ragged / sparse pieces: (index, col, idx, example, batch)
         for idx, (kind, what, extra) in zip(indices, parts):
             if kind == "block":
-                for index, value in _block_outputs(table_rows, idx, what,
-                                                   extra):
+                whole, per_column = _block_outputs(table_rows, idx, what,
+                                                   extra)
+                if (len(layer._groups) == 1 and len(parts) == 1
+                        and [i for i, _, _ in what] == every_column):
+                    return whole
+                for index, value in per_column:
                     outputs[index] = value
                 continue
-            emb = tf.gather(table_rows, idx)
             (index, col), (r, b, p) = what, extra
             if sequence:
-                outputs[index] = (emb, r, b, p)
+                outputs[index] = (tf.gather(table_rows, idx), r, b, p)
             else:
-                outputs[index] = lookup.combine(emb, r, b, col.combiner)
+                flat.append((index, col, idx, r, b))
+        if flat:
+            whole, per_column = _flat_outputs(table_rows, flat)
+            if (len(layer._groups) == 1 and not blocks
+                    and [i for i, *_ in flat] == every_column):
+                return whole
+            for index, value in per_column:
+                outputs[index] = value
     return outputs
 
 
@@ -234,10 +260,11 @@ def _dense_ids(cat: fc.CategoryColumn, ids) -> tf.Tensor:
 
 
 def _block_keys(block, salted: bool):
-    """[B, width] id tensors of several columns -> (valid keys, mask [B, W]).
+    """[B, width] id tensors of several columns -> (keys [B * W], padding
+    mask [B * W], [B, W]).
 
     Keys are computed for the whole block at once; padding (-1 / "") is
-    masked out so it is never pulled or inserted.
+    masked: the dedup skips it, so it is never pulled or inserted.
     """
     tensors = [t for _, _, t in block]
     ids = tensors[0] if len(tensors) == 1 else tf.concat(tensors, axis=1)
@@ -249,64 +276,46 @@ def _block_keys(block, salted: bool):
         if any(t.shape[1] != 1 for t in tensors):
             salts = tf.repeat(salts, _widths(tensors))
         salts = salts[tf.newaxis, :]
-    return tf.boolean_mask(fc.keys_of(ids, salts), mask), mask
+    return (tf.reshape(fc.keys_of(ids, salts), [-1]), tf.reshape(mask, [-1]),
+            tf.shape(ids))
 
 
 def _widths(tensors):
     return tf.stack([tf.shape(t, out_type=tf.int32)[1] for t in tensors])
 
 
-def _block_outputs(table_rows, idx, block, mask):
-    """Gathers a block's rows back into [B, W, dim] and combines per column.
-
-    Position p of the block holds valid key number cumsum(mask)[p] - 1.
-    Padded positions read an appended zero row (zeros, as an empty mean or
-    sum gives; its gradient goes nowhere). The appended [0] keeps the index
-    gather in range when a batch has no valid id at all.
-    """
-    dim = block[0][1].dimension
-    flat_mask = tf.reshape(mask, [-1])
-    pos = tf.maximum(tf.cumsum(tf.cast(flat_mask, tf.int32)) - 1, 0)
-    zero_row = tf.shape(table_rows, out_type=tf.int32)[0]
-    full_idx = tf.where(flat_mask, tf.gather(tf.concat([idx, [0]], 0), pos),
-                        zero_row)
-    padded_rows = tf.concat(
-        [table_rows, tf.zeros([1, dim], table_rows.dtype)], 0)
-    shape = tf.shape(mask)
-    emb = tf.reshape(tf.gather(padded_rows, full_idx),
-                     tf.stack([shape[0], shape[1], dim]))
-    tensors = [t for _, _, t in block]
-    if all(t.shape[1] == 1 for t in tensors):
-        # One id per example: every combiner returns the row itself (or
-        # zeros for padding).
-        per_column = tf.unstack(emb, num=len(block), axis=1)
-        return [(index, value) for (index, _, _), value in zip(block,
-                                                              per_column)]
+def _block_outputs(table_rows, idx, block, shape):
+    """A block's rows combined per column: ([B, C * dim], [(column index,
+    [B, dim])]). idx: the block's flat indices into table_rows, -1 at
+    padding (which reads as nothing: an all-padding mean or sum is zeros)."""
+    widths = _widths([t for _, _, t in block])
+    whole = lookup.embed_combine(table_rows, tf.reshape(idx, shape), widths,
+                                 [c.combiner for _, c, _ in block])
     if len(block) == 1:
-        pieces, masks = [emb], [mask]
-    else:
-        widths = _widths(tensors)
-        pieces = tf.split(emb, widths, axis=1, num=len(block))
-        masks = tf.split(mask, widths, axis=1, num=len(block))
-    out = []
-    for (index, col, t), piece, piece_mask in zip(block, pieces, masks):
-        if t.shape[1] == 1:
-            value = tf.reshape(piece, [-1, dim])
-        else:
-            value = _combine_padded(piece, piece_mask, col.combiner)
-        out.append((index, value))
-    return out
+        return whole, [(block[0][0], whole)]
+    pieces = tf.split(whole, len(block), axis=1, num=len(block))
+    return whole, [(index, piece) for (index, _, _), piece in zip(block,
+                                                                  pieces)]
 
 
-def _combine_padded(rows, mask, combiner: str):
-    """[B, L, dim] rows (zeros at padding) and mask [B, L] -> [B, dim]."""
-    total = tf.reduce_sum(rows, axis=1)
-    if combiner == "sum":
-        return total
-    counts = tf.reduce_sum(tf.cast(mask, rows.dtype), axis=1, keepdims=True)
-    if combiner == "mean":
-        return tf.math.divide_no_nan(total, counts)
-    return tf.math.divide_no_nan(total, tf.sqrt(counts))
+def _flat_outputs(table_rows, flat):
+    """Ragged / sparse columns of one table combined in one kernel call:
+    ([B, C * dim], [(column index, [B, dim])]). Entry k of column j goes to
+    segment example * C + j, so the [B * C, dim] result is [B, C * dim]."""
+    n = len(flat)
+    dim = flat[0][1].dimension
+    batch = tf.cast(flat[0][4], tf.int64)
+    idx = tf.concat([i for _, _, i, _, _ in flat], 0) if n > 1 else flat[0][2]
+    segments = [tf.cast(r, tf.int64) * n + j
+                for j, (_, _, _, r, _) in enumerate(flat)]
+    segments = tf.concat(segments, 0) if n > 1 else segments[0]
+    out = lookup.segment_combine(table_rows, idx, segments, batch * n,
+                                 [c.combiner for _, c, _, _, _ in flat])
+    whole = tf.reshape(out, [-1, n * dim])
+    if n == 1:
+        return whole, [(flat[0][0], whole)]
+    pieces = tf.split(whole, n, axis=1, num=n)
+    return whole, [(index, piece) for (index, *_), piece in zip(flat, pieces)]
 
 
 def _check_columns(columns, layer_type: str) -> List[fc.EmbeddingColumn]:

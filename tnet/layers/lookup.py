@@ -1,9 +1,16 @@
 """The fused per-table lookup and the sparse-gradient recorder.
 
 For each table a layer does one `unique -> pull -> temporary matrix E[U, dim]
--> gather` for all of its columns: E is sized by the batch's unique keys (no
+-> combine` for all of its columns: E is sized by the batch's unique keys (no
 fixed bucket), only unique rows travel to and from the ps, and one push per
 table carries the summed gradients back.
+
+Training and evaluation use tnet's kernels for the worker-side steps:
+`TnetUnique` (parallel dedup that also counts each key's shows and marks
+padding), `TnetEmbedCombine` (reads E through the ids' indices and writes
+every column's sum / mean / sqrtn into its slot of the output; its gradient
+is dE [U, dim] already summed per key) and a push told that its keys are
+unique. A serving export runs the same math in stock ops.
 
 `tn.Model.train_step` opens a `tnet.scopes.recording(tape)` scope; while it
 is open each lookup made in training mode asks the tape to watch its E and
@@ -15,6 +22,7 @@ a lookup calls stock TF instead of the table op.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
@@ -42,7 +50,7 @@ class Lookup:
         lr = resolve_learning_rate(step, layer=self.learning_rate,
                                    model=learning_rate)
         return self.table.push(self.keys, grad, learning_rate=lr,
-                               step=step, shows=self.shows)
+                               step=step, shows=self.shows, unique_keys=True)
 
 
 def sum_rows(values, indices, num_rows):
@@ -57,18 +65,84 @@ def _sum_rows_grad(op, grad):
     return tf.gather(grad, op.inputs[1]), None, None
 
 
+class _TracedCache:
+    """One graph's traced_once entries. Kept in a collection of the graph
+    (so it dies with the graph); a nested FuncGraph starts with a copy of
+    its outer graph's collections, hence the `graph` check."""
+
+    def __init__(self, graph):
+        self.graph = weakref.ref(graph)
+        self.entries = {}
+
+
+@tf.autograph.experimental.do_not_convert
+def traced_once(key, build):
+    """build() once per traced graph for equal `key`s: layers that read the
+    same features (the wide and the deep part of a Wide&Deep) share the
+    keys and the dedup instead of computing them twice. `key` holds the
+    input tensors themselves (they keep their ids valid for as long as the
+    graph caches them). Eager calls are not cached."""
+    graph = tf.compat.v1.get_default_graph()
+    if tf.executing_eagerly() or not hasattr(graph, "capture"):
+        return build()
+    holders = graph.get_collection_ref("_tnet_traced_once")
+    cache = next((h.entries for h in holders if h.graph() is graph), None)
+    if cache is None:
+        holders.append(_TracedCache(graph))
+        cache = holders[-1].entries
+    ident = tuple(k if isinstance(k, (str, int, bool, type(None))) else id(k)
+                  for k in key) + (serving_active(),)
+    hit = cache.get(ident)
+    if hit is None:
+        hit = cache[ident] = (key, build())
+    return hit[1]
+
+
+def unique_keys(keys, valid=None):
+    """(unique keys in first-occurrence order, idx [N] int32, counts [U]).
+
+    valid: [N] bool or None; padding (False) gets idx -1 and is not counted.
+    tnet's parallel kernel, or stock ops in a serving export.
+    """
+    if not serving_active():
+        if valid is None:
+            valid = tf.zeros([0], tf.bool)
+        return _ops.tnet_unique(keys, valid)
+    if valid is None:
+        uniq, idx = tf.unique(keys, out_idx=tf.int32)
+    else:
+        uniq, packed = tf.unique(tf.boolean_mask(keys, valid),
+                                 out_idx=tf.int32)
+        pos = tf.maximum(tf.cumsum(tf.cast(valid, tf.int32)) - 1, 0)
+        packed = tf.concat([packed, [0]], 0)  # in range with no valid key
+        idx = tf.where(valid, tf.gather(packed, pos), -1)
+    n = tf.shape(uniq)[0]
+    counts = tf.math.bincount(tf.boolean_mask(idx, idx >= 0), minlength=n,
+                              maxlength=n, dtype=tf.float32)
+    return uniq, idx, counts
+
+
 def fused_lookup(table: SparseTable, keys_per_column: List[tf.Tensor],
-                 training, learning_rate=None):
+                 training, learning_rate=None, valid_per_column=None):
     """One unique + pull for all pieces' keys.
 
+    valid_per_column: None, or per piece None / a bool mask like its keys
+    (False: padding, never pulled; its idx is -1).
     Returns (E [U, dim], [idx per piece]): piece i's rows are
-    `tf.gather(E, idx[i])`. Callers gather themselves so that every use of
-    E is a gather and its gradient stays IndexedSlices.
+    `tf.gather(E, idx[i])` (or `embed_combine`). Every use of E is a gather
+    or a combine, so its gradient is IndexedSlices or a dense dE.
     """
     sizes = [tf.shape(k)[0] for k in keys_per_column]
     all_keys = (keys_per_column[0] if len(keys_per_column) == 1
                 else tf.concat(keys_per_column, 0))
-    uniq, idx = tf.unique(all_keys, out_idx=tf.int32)
+    valid = None
+    if valid_per_column and any(v is not None for v in valid_per_column):
+        masks = [tf.ones(tf.shape(k), tf.bool) if v is None else v
+                 for k, v in zip(keys_per_column, valid_per_column)]
+        valid = masks[0] if len(masks) == 1 else tf.concat(masks, 0)
+    uniq, idx, shows = traced_once(
+        ("unique", *keys_per_column, *(valid_per_column or ())),
+        lambda: unique_keys(all_keys, valid))
     if training is None:
         training = False
     serving = serving_override(table)
@@ -82,9 +156,6 @@ def fused_lookup(table: SparseTable, keys_per_column: List[tf.Tensor],
     # tensor-valued `training` there is recorded too.
     if recorder is not None and training is not False:
         recorder.tape.watch(rows)
-        n = tf.shape(uniq)[0]
-        shows = tf.math.bincount(idx, minlength=n, maxlength=n,
-                                 dtype=tf.float32)
         recorder.lookups.append(Lookup(table, uniq, rows, shows,
                                        learning_rate))
     if len(keys_per_column) == 1:
@@ -92,20 +163,77 @@ def fused_lookup(table: SparseTable, keys_per_column: List[tf.Tensor],
     return rows, tf.split(idx, tf.stack(sizes), axis=0, num=len(sizes))
 
 
-def combine(rows: tf.Tensor, example: tf.Tensor, batch_size, combiner: str):
-    """Reduces per-id rows [K, dim] to per-example vectors [B, dim]."""
-    batch_size = tf.cast(batch_size, tf.int64)
-    if serving_active():
-        # A serving graph holds stock ops only (tnet's kernel is not there).
-        total = tf.math.unsorted_segment_sum(rows, example, batch_size)
-    else:
-        total = sum_rows(rows, example, batch_size)
-    if combiner == "sum":
+COMBINERS = {"sum": 0, "mean": 1, "sqrtn": 2}
+
+
+def embed_combine(rows, idx, widths, combiners):
+    """[B, C * dim]: per example, each column's combiner over the rows its
+    ids read. idx [B, W] (-1: padding) holds the C columns side by side,
+    column c `widths[c]` wide; combiners are names ("sum", "mean",
+    "sqrtn"). tnet's kernel (its gradient is dE [U, dim] summed per row),
+    or stock ops in a serving export."""
+    codes = [COMBINERS[c] for c in combiners]
+    widths = tf.cast(widths, tf.int32)
+    if not serving_active():
+        return _ops.tnet_embed_combine(rows, idx, widths,
+                                       tf.constant(codes, tf.int32))
+    mask = idx >= 0
+    padded = tf.concat([rows, tf.zeros([1, tf.shape(rows)[1]], rows.dtype)],
+                       0)
+    emb = tf.gather(padded, tf.where(mask, idx, tf.shape(rows)[0]))
+    pieces = tf.split(emb, widths, axis=1, num=len(codes))
+    masks = tf.split(mask, widths, axis=1, num=len(codes))
+    out = []
+    for piece, piece_mask, combiner in zip(pieces, masks, combiners):
+        total = tf.reduce_sum(piece, axis=1)
+        if combiner != "sum":
+            counts = tf.reduce_sum(tf.cast(piece_mask, rows.dtype), axis=1,
+                                   keepdims=True)
+            if combiner == "sqrtn":
+                counts = tf.sqrt(counts)
+            total = tf.math.divide_no_nan(total, counts)
+        out.append(total)
+    return out[0] if len(out) == 1 else tf.concat(out, 1)
+
+
+@tf.RegisterGradient("TnetEmbedCombine")
+def _embed_combine_grad(op, grad):
+    rows, idx, widths, combiners = op.inputs
+    num_rows = tf.shape(rows, out_type=tf.int64)[0]
+    return (_ops.tnet_embed_combine_grad(grad, idx, widths, combiners,
+                                         num_rows), None, None, None)
+
+
+def segment_combine(rows, idx, segments, num_segments, combiners):
+    """[num_segments, dim]: segment s is combiners[s % C] ("sum", "mean",
+    "sqrtn") of rows[idx[k]] over the entries with segments[k] == s (any
+    order). tnet's kernel (gradient: dE [U, dim] summed per row), or stock
+    ops in a serving export."""
+    codes = tf.constant([COMBINERS[c] for c in combiners], tf.int32)
+    num_segments = tf.cast(num_segments, tf.int64)
+    idx = tf.cast(idx, tf.int32)
+    segments = tf.cast(segments, tf.int64)
+    if not serving_active():
+        return _ops.tnet_segment_combine(rows, idx, segments, num_segments,
+                                         codes)
+    total = tf.math.unsorted_segment_sum(tf.gather(rows, idx), segments,
+                                         num_segments)
+    if all(c == "sum" for c in combiners):
         return total
-    counts = tf.math.bincount(tf.cast(example, tf.int32),
-                              minlength=tf.cast(batch_size, tf.int32),
-                              maxlength=tf.cast(batch_size, tf.int32),
-                              dtype=rows.dtype)
-    if combiner == "mean":
-        return tf.math.divide_no_nan(total, counts[:, tf.newaxis])
-    return tf.math.divide_no_nan(total, tf.sqrt(counts)[:, tf.newaxis])
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(segments, rows.dtype),
+                                          segments, num_segments)
+    kind = tf.gather(codes, tf.math.floormod(
+        tf.range(num_segments), len(combiners)))
+    divisor = tf.where(kind == COMBINERS["mean"], counts,
+                       tf.where(kind == COMBINERS["sqrtn"], tf.sqrt(counts),
+                                tf.ones_like(counts)))
+    return tf.math.divide_no_nan(total, divisor[:, tf.newaxis])
+
+
+@tf.RegisterGradient("TnetSegmentCombine")
+def _segment_combine_grad(op, grad):
+    rows, idx, segments, num_segments, combiners = op.inputs
+    num_rows = tf.shape(rows, out_type=tf.int64)[0]
+    return (_ops.tnet_segment_combine_grad(grad, idx, segments, num_segments,
+                                           combiners, num_rows),
+            None, None, None, None)

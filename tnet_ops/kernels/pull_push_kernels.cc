@@ -52,6 +52,7 @@ class SparseTablePushOp : public tf::OpKernel {
   explicit SparseTablePushOp(tf::OpKernelConstruction* ctx)
       : tf::OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, GetDimAttr(ctx, &dim_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("unique_keys", &unique_keys_));
   }
 
   void Compute(tf::OpKernelContext* ctx) override {
@@ -108,7 +109,7 @@ class SparseTablePushOp : public tf::OpKernel {
     OP_REQUIRES_OK(ctx, CheckFinite(g, n * dim_, "grads"));
     const bool ok = res->table()->Push(keys.flat<int64_t>().data(), n, g, lr,
                                        step, counts[0], counts[1],
-                                       MakeRunner(ctx));
+                                       MakeRunner(ctx), unique_keys_);
     OP_REQUIRES(ctx, ok,
                 tf::errors::ResourceExhausted(
                     "sparse table is out of memory while inserting rows"));
@@ -116,6 +117,7 @@ class SparseTablePushOp : public tf::OpKernel {
 
  private:
   int64_t dim_;
+  bool unique_keys_ = false;
 };
 
 REGISTER_KERNEL_BUILDER(Name("SparseTablePull").Device(tf::DEVICE_CPU),

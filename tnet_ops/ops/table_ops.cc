@@ -117,6 +117,7 @@ REGISTER_OP("SparseTablePush")
     .Input("shows: float")
     .Input("clicks: float")
     .Attr("dim: int")
+    .Attr("unique_keys: bool = false")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) -> Status {
       int64_t dim;
@@ -135,7 +136,9 @@ REGISTER_OP("SparseTablePush")
     })
     .Doc(R"doc(
 Applies the table's optimizer to the rows of `keys` with `grads` [N, dim].
-Duplicate keys are summed first. shows / clicks are per-key counts ([N]) or
+Duplicate keys are summed first (unique_keys = true: the caller promises
+the keys are distinct and the summing pass is skipped; a repeated key then
+gets each of its updates in turn). shows / clicks are per-key counts ([N]) or
 empty (each key then counts one show, no click). `step` is recorded in each
 row as its last update step (for TTL eviction).
 )doc");
@@ -343,6 +346,120 @@ REGISTER_OP("TnetSumRows")
 sums[n] = sum of values[i] over the i with indices[i] == n, for n in
 [0, num_rows): the per-key gradient of an embedding gather (what
 unsorted_segment_sum computes, without its per-row overhead).
+)doc");
+
+REGISTER_OP("TnetUnique")
+    .Input("keys: int64")
+    .Input("valid: bool")
+    .Output("unique: int64")
+    .Output("idx: int32")
+    .Output("counts: float")
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      ShapeHandle keys, valid;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &keys));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &valid));
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      c->set_output(1, keys);
+      c->set_output(2, c->Vector(c->UnknownDim()));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+tf.unique(keys) and each unique key's count in one parallel pass: unique
+keys in order of first occurrence (exactly tf.unique's order), idx[i] the
+position of keys[i] in `unique`. valid: [N] (false: padding, idx -1, not
+counted) or empty (every key valid).
+)doc");
+
+REGISTER_OP("TnetEmbedCombine")
+    .Input("rows: float")
+    .Input("idx: int32")
+    .Input("widths: int32")
+    .Input("combiners: int32")
+    .Output("out: float")
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      ShapeHandle rows, idx, v;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &rows));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &idx));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &v));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &v));
+      DimensionHandle width;
+      TF_RETURN_IF_ERROR(c->Multiply(c->Dim(v, 0), c->Dim(rows, 1), &width));
+      c->set_output(0, c->Matrix(c->Dim(idx, 0), width));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Per example b and column c: combiners[c] (0 sum, 1 mean, 2 sqrtn) of the
+rows[idx[b, j]] over column c's span of idx (widths[c] entries, columns
+side by side), idx -1 = padding (an all-padding span gives zeros). Output
+[B, C * dim]: column c at [:, c * dim : (c + 1) * dim].
+)doc");
+
+REGISTER_OP("TnetEmbedCombineGrad")
+    .Input("grad: float")
+    .Input("idx: int32")
+    .Input("widths: int32")
+    .Input("combiners: int32")
+    .Input("num_rows: int64")
+    .Output("rows_grad: float")
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      ShapeHandle grad, idx, v;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &grad));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &idx));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &v));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 1, &v));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 4));
+      c->set_output(0, c->Matrix(c->UnknownDim(), c->UnknownDim()));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+The gradient of TnetEmbedCombine with respect to rows: [num_rows, dim],
+each row the sum of the gradients of every id that read it.
+)doc");
+
+REGISTER_OP("TnetSegmentCombine")
+    .Input("rows: float")
+    .Input("idx: int32")
+    .Input("segments: int64")
+    .Input("num_segments: int64")
+    .Input("combiners: int32")
+    .Output("out: float")
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      ShapeHandle rows, v;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &rows));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &v));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &v));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 3));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 1, &v));
+      c->set_output(0, c->Matrix(c->UnknownDim(), c->Dim(rows, 1)));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+out[s] = combiners[s % C] (0 sum, 1 mean, 2 sqrtn) of rows[idx[k]] over the
+entries k with segments[k] == s (any order; idx -1 skipped); [num_segments,
+dim]. With segments = example * C + column, out reshapes to [B, C * dim].
+)doc");
+
+REGISTER_OP("TnetSegmentCombineGrad")
+    .Input("grad: float")
+    .Input("idx: int32")
+    .Input("segments: int64")
+    .Input("num_segments: int64")
+    .Input("combiners: int32")
+    .Input("num_rows: int64")
+    .Output("rows_grad: float")
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      ShapeHandle grad, v;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &grad));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &v));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &v));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 3));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 1, &v));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 5));
+      c->set_output(0, c->Matrix(c->UnknownDim(), c->Dim(grad, 1)));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+The gradient of TnetSegmentCombine with respect to rows: [num_rows, dim].
 )doc");
 
 }  // namespace tnet

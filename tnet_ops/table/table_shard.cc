@@ -394,7 +394,7 @@ bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
 template <typename Rule>
 bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
                                const float* grads, float lr, int64_t step,
-                               const float* shows, const float* clicks,
+                               const float* shows, const float* clicks, bool unique_keys,
                                const ParallelRunner& run) {
   std::vector<Item> items;
   std::vector<int64_t> off;
@@ -421,13 +421,21 @@ bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
           const Item* it = items.data() + off[si];
           const int64_t m = off[si + 1] - off[si];
           if (m == 0) continue;
-          // 1. Deduplicate the stripe's keys (no table access, no lock).
+          // 1. Deduplicate the stripe's keys (no table access, no lock),
+          // unless the caller says they are distinct already.
           groups.clear();
           sums.clear();
+          if (unique_keys) {
+            for (int64_t k = 0; k < m; ++k) {
+              const int64_t i = it[k].i;
+              groups.push_back({k, -1, shows ? shows[i] : 1.0f,
+                                clicks ? clicks[i] : 0.0f});
+            }
+          }
           uint64_t cap = 4;
           while (cap < 2 * static_cast<uint64_t>(m)) cap *= 2;
-          seen.assign(cap, -1);
-          for (int64_t k = 0; k < m; ++k) {
+          if (!unique_keys) seen.assign(cap, -1);
+          for (int64_t k = 0; !unique_keys && k < m; ++k) {
             const Item& x = it[k];
             const float show = shows ? shows[x.i] : 1.0f;
             const float click = clicks ? clicks[x.i] : 0.0f;
@@ -513,7 +521,8 @@ bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
 
 bool TableShard::Push(const int64_t* keys, int64_t n, const float* grads,
                        float lr, int64_t step, const float* shows,
-                       const float* clicks, const ParallelRunner& run) {
+                       const float* clicks, const ParallelRunner& run,
+                       bool unique_keys) {
   int64_t prev = max_step_.load(std::memory_order_relaxed);
   while (step > prev && !max_step_.compare_exchange_weak(prev, step)) {
   }
@@ -524,7 +533,7 @@ bool TableShard::Push(const int64_t* keys, int64_t n, const float* grads,
   }
   return DispatchRule(config_.optimizer.rule, [&](auto rule) {
     return PushWithRule<decltype(rule)>(keys, n, grads, lr, step, shows,
-                                        clicks, run);
+                                        clicks, unique_keys, run);
   });
 }
 

@@ -128,9 +128,11 @@ class TableShard {
   // Duplicate keys are summed (gradient, shows, clicks) before the update.
   // shows/clicks may be null (each occurrence then counts one show and no
   // click). Inputs must already be validated (finite, sizes).
+  // unique_keys: the caller guarantees distinct keys, so the summing pass
+  // is skipped (a repeated key would then be updated once per occurrence).
   bool Push(const int64_t* keys, int64_t n, const float* grads, float lr,
             int64_t step, const float* shows, const float* clicks,
-            const ParallelRunner& run);
+            const ParallelRunner& run, bool unique_keys = false);
 
   // Copies up to max_rows live rows starting at `cursor` (0 = start) and
   // returns the cursor to continue from, or -1 when the table is exhausted.
@@ -263,7 +265,7 @@ class TableShard {
   template <typename Rule>
   bool PushWithRule(const int64_t* keys, int64_t n, const float* grads,
                     float lr, int64_t step, const float* shows,
-                    const float* clicks, const ParallelRunner& run);
+                    const float* clicks, bool unique_keys, const ParallelRunner& run);
 
   const TableConfig config_;
   const int num_slots_;

@@ -1,0 +1,216 @@
+"""The worker-side lookup kernels (TnetUnique, TnetEmbedCombine and its
+gradient, the push that trusts unique keys) against stock TensorFlow and
+numpy, and the layer's kernel path against its stock serving path."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tnet as tn
+from tnet import _ops, scopes
+from tnet.layers import lookup
+
+RNG = np.random.default_rng(7)
+
+
+def _keys(n, kind):
+    if kind == "zipf":
+        return (RNG.zipf(1.2, n) % 100_000).astype(np.int64) - 5_000
+    if kind == "extremes":
+        pool = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, 0,
+                         -1, 1, 2**62], np.int64)
+        return RNG.choice(pool, n)
+    return RNG.integers(-2**63, 2**63 - 1, n, dtype=np.int64)  # all distinct
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 16385, 200_000])
+@pytest.mark.parametrize("kind", ["zipf", "extremes", "wide"])
+def test_unique_equals_tf_unique_and_bincount(n, kind):
+    keys = _keys(n, kind)
+    uniq, idx, counts = _ops.tnet_unique(keys, tf.zeros([0], tf.bool))
+    want_u, want_i = tf.unique(keys, out_idx=tf.int32)
+    np.testing.assert_array_equal(uniq.numpy(), want_u.numpy())
+    np.testing.assert_array_equal(idx.numpy(), want_i.numpy())
+    np.testing.assert_array_equal(
+        counts.numpy(), np.bincount(want_i.numpy(), minlength=len(want_u)))
+
+
+@pytest.mark.parametrize("n", [5, 40_000])
+def test_unique_skips_padding(n):
+    keys = _keys(n, "zipf")
+    valid = RNG.random(n) < 0.7
+    valid[0] = False
+    uniq, idx, counts = _ops.tnet_unique(keys, valid)
+    want_u, want_i = tf.unique(keys[valid], out_idx=tf.int32)
+    np.testing.assert_array_equal(uniq.numpy(), want_u.numpy())
+    np.testing.assert_array_equal(idx.numpy()[valid], want_i.numpy())
+    assert (idx.numpy()[~valid] == -1).all()
+    np.testing.assert_array_equal(
+        counts.numpy(), np.bincount(want_i.numpy(), minlength=len(want_u)))
+    # The stock version (what a serving export runs) agrees.
+    with scopes.serving_lookups({object(): None}):
+        s_u, s_i, s_c = lookup.unique_keys(tf.constant(keys),
+                                           tf.constant(valid))
+    np.testing.assert_array_equal(s_u.numpy(), uniq.numpy())
+    np.testing.assert_array_equal(s_i.numpy(), idx.numpy())
+    np.testing.assert_array_equal(s_c.numpy(), counts.numpy())
+
+
+def test_unique_rejects_bad_shapes():
+    with pytest.raises(tf.errors.InvalidArgumentError, match="valid must"):
+        _ops.tnet_unique(tf.constant([1, 2, 3], tf.int64),
+                         tf.constant([True, False]))
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
+                       match="1-D|rank"):
+        _ops.tnet_unique(tf.constant([[1, 2]], tf.int64),
+                         tf.zeros([0], tf.bool))
+
+
+def _reference(rows, idx, widths, combiners):
+    """numpy: per example and column, the combiner over valid ids."""
+    b, dim = idx.shape[0], rows.shape[1]
+    starts = np.concatenate([[0], np.cumsum(widths)])
+    out = np.zeros((b, len(widths) * dim), np.float64)
+    for e in range(b):
+        for c, comb in enumerate(combiners):
+            ids = [r for r in idx[e, starts[c]:starts[c + 1]] if r >= 0]
+            if not ids:
+                continue
+            v = rows[ids].astype(np.float64).sum(0)
+            if comb == "mean":
+                v /= len(ids)
+            elif comb == "sqrtn":
+                v /= np.sqrt(len(ids))
+            out[e, c * dim:(c + 1) * dim] = v
+    return out
+
+
+@pytest.mark.parametrize("batch", [0, 3, 300])
+def test_embed_combine_and_gradient_match_stock(batch):
+    widths, combiners = [1, 4, 2, 1], ["sum", "mean", "sqrtn", "mean"]
+    u, dim = 13, 5
+    rows = RNG.standard_normal((u, dim)).astype(np.float32)
+    idx = RNG.integers(-1, u, (batch, sum(widths))).astype(np.int32)
+    if batch:
+        idx[0, 1:5] = -1  # an all-padding span: zeros
+    rows_v = tf.Variable(rows)
+    upstream = RNG.standard_normal((batch, len(widths) * dim)).astype(
+        np.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        got = lookup.embed_combine(rows_v, idx, widths, combiners)
+        loss = tf.reduce_sum(got * upstream)
+        with scopes.serving_lookups({object(): None}):
+            stock = lookup.embed_combine(rows_v, idx, widths, combiners)
+        stock_loss = tf.reduce_sum(stock * upstream)
+    np.testing.assert_allclose(got.numpy(),
+                               _reference(rows, idx, widths, combiners),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(stock.numpy(), got.numpy(), rtol=1e-5,
+                               atol=1e-6)
+    grad = tape.gradient(loss, rows_v)
+    assert isinstance(grad, tf.Tensor)  # dense dE, summed per row
+    want = tf.convert_to_tensor(tape.gradient(stock_loss, rows_v))
+    np.testing.assert_allclose(grad.numpy(), want.numpy(), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_embed_combine_rejects_bad_input():
+    rows = tf.zeros([4, 2])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not in"):
+        _ops.tnet_embed_combine(rows, [[0, 4]], [2], [0])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="widths sum"):
+        _ops.tnet_embed_combine(rows, [[0, 1]], [1], [0])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="combiners"):
+        _ops.tnet_embed_combine(rows, [[0, 1]], [2], [7])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="grad must"):
+        _ops.tnet_embed_combine_grad(tf.zeros([1, 3]), [[0, 1]], [1, 1],
+                                     [0, 0], 4)
+
+
+@pytest.mark.parametrize("rule", ["adagrad", "adam", "ftrl"])
+def test_push_of_unique_keys_equals_the_summing_push(rule):
+    keys = np.unique(_keys(3000, "zipf"))
+    RNG.shuffle(keys)
+    grads = RNG.standard_normal((len(keys), 4)).astype(np.float32)
+    shows = RNG.integers(1, 5, len(keys)).astype(np.float32)
+    tables = [tn.SparseTable(f"uk_{rule}_{i}", 4, rule, num_shards=2)
+              for i in range(2)]
+    for t, unique in zip(tables, (False, True)):
+        t.pull(keys, training=True)
+        for step in (1, 2):
+            t.push(keys, grads * step, learning_rate=0.1, step=step,
+                   shows=shows, unique_keys=unique)
+    np.testing.assert_array_equal(tables[0].pull(keys).numpy(),
+                                  tables[1].pull(keys).numpy())
+
+
+@pytest.mark.parametrize("ids_kind", ["padded", "B", "B1", "mixed",
+                                      "ragged", "sparse", "ragged+dense"])
+def test_layer_kernel_path_equals_its_serving_path(ids_kind):
+    """The layer's training / eval path (tnet kernels) and the stock ops a
+    serving export traces give the same output for every dense id form."""
+    cols = [tn.feature_column.embedding_column(
+        tn.feature_column.category_column(n), 4, combiner=c, table="t")
+        for n, c in (("a", "mean"), ("b", "sum"), ("c", "sqrtn"))]
+    layer = tn.layers.EmbeddingFeatures(cols)
+    b = 50
+    ids = {n: RNG.integers(0, 40, (b, 3)) for n in "abc"}
+    for n in "abc":
+        ids[n][RNG.random((b, 3)) < 0.4] = -1
+    if ids_kind == "B":
+        ids = {n: v[:, 0] for n, v in ids.items()}
+    elif ids_kind == "B1":
+        ids = {n: v[:, :1] for n, v in ids.items()}
+    elif ids_kind == "mixed":
+        ids["b"] = ids["b"][:, 0]
+    elif ids_kind in ("ragged", "sparse", "ragged+dense"):
+        names = "abc" if ids_kind != "ragged+dense" else "ac"
+        for n in names:
+            ids[n] = tf.RaggedTensor.from_tensor(ids[n], padding=-1)
+            if ids_kind == "sparse":
+                ids[n] = ids[n].to_sparse()
+    layer(ids, training=True)  # creates rows
+    got = layer(ids, training=False).numpy()
+    table = layer.tables["t"]
+    with scopes.serving_lookups({table: lambda k: table.pull(k)}):
+        stock = layer(ids, training=False).numpy()
+    np.testing.assert_allclose(got, stock, rtol=1e-6, atol=1e-7)
+    assert got.shape == (b, 12)
+    assert np.abs(got).sum() > 0
+
+
+@pytest.mark.parametrize("columns", [1, 3])
+def test_segment_combine_and_gradient_match_stock(columns):
+    combiners = ["mean", "sum", "sqrtn"][:columns]
+    u, dim, batch, k = 11, 3, 40, 300
+    rows = tf.Variable(RNG.standard_normal((u, dim)).astype(np.float32))
+    idx = RNG.integers(0, u, k).astype(np.int32)
+    segments = RNG.integers(0, batch * columns, k)  # any order, some empty
+    upstream = RNG.standard_normal((batch * columns, dim)).astype(np.float32)
+    with tf.GradientTape(persistent=True) as tape:
+        got = lookup.segment_combine(rows, idx, segments, batch * columns,
+                                     combiners)
+        loss = tf.reduce_sum(got * upstream)
+        with scopes.serving_lookups({object(): None}):
+            stock = lookup.segment_combine(rows, idx, segments,
+                                           batch * columns, combiners)
+        stock_loss = tf.reduce_sum(stock * upstream)
+    want = np.zeros((batch * columns, dim))
+    for s in range(batch * columns):
+        sel = idx[segments == s]
+        if len(sel):
+            v = rows.numpy()[sel].sum(0)
+            c = combiners[s % columns]
+            want[s] = v / (len(sel) if c == "mean" else
+                           np.sqrt(len(sel)) if c == "sqrtn" else 1)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(stock.numpy(), want, rtol=1e-5, atol=1e-6)
+    g = tape.gradient(loss, rows)
+    assert isinstance(g, tf.Tensor)
+    np.testing.assert_allclose(
+        g.numpy(), tf.convert_to_tensor(tape.gradient(stock_loss, rows)).numpy(),
+        rtol=1e-5, atol=1e-5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="segments"):
+        _ops.tnet_segment_combine(rows, idx, segments + batch * columns,
+                                  batch * columns, [0] * columns)
