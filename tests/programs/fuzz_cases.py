@@ -105,6 +105,8 @@ def materialize(spec: dict) -> np.ndarray:
             v = int(value) if not isinstance(value, float) or np.isfinite(value) else 0
             v = min(max(v, info.min), info.max)
         return np.full(shape, v, npt)
+    if fill == "list":  # the values themselves
+        return np.asarray(value, npt).reshape(shape)
     if fill == "mod":  # ints in [0, value): valid indices
         return rng.integers(0, max(int(value), 1), n).astype(npt).reshape(shape)
     if fill == "range":
@@ -304,6 +306,99 @@ def sum_rows_case(draw) -> dict:
             "attrs": {}}
 
 
+def _ints(dtype: str, shape: list, below: int, seed) -> dict:
+    """Valid indices in [0, below) (fill "mod")."""
+    return {"dtype": dtype, "shape": shape, "fill": "mod", "value": below,
+            "seed": seed}
+
+
+@st.composite
+def unique_case(draw) -> dict:
+    n = draw(sizes)
+    keys_spec = draw(mostly(
+        tensor_of("int64", st.just([n]), KEY_FILLS),
+        tensor(st.sampled_from(["int64", "int32"]),
+               st.lists(sizes, min_size=0, max_size=2))))
+    valid = draw(mostly(
+        st.sampled_from([[0], [n]]).flatmap(
+            lambda shape: tensor_of("bool", st.just(shape), ["rand", "range",
+                                                             "value"])),
+        tensor("bool", st.lists(sizes, min_size=0, max_size=2))))
+    return {"op": "TnetUnique", "handle": None,
+            "args": {"keys": keys_spec, "valid": valid}, "attrs": {}}
+
+
+@st.composite
+def embed_combine_case(draw) -> dict:
+    """TnetEmbedCombine(Grad): mostly a consistent layout."""
+    grad = draw(st.booleans())
+    u = draw(st.sampled_from([1, 5, 300]))
+    d = draw(st.sampled_from([0, 1, 4, 16]))
+    widths = draw(st.lists(st.sampled_from([0, 1, 2, 50]), min_size=1,
+                           max_size=4))
+    b = draw(sizes)
+    w, c = sum(widths), len(widths)
+    seed = draw(st.integers(0, 2**16))
+    idx = draw(mostly(st.just(_ints("int32", [b, w], u, seed)),
+                      tensor(st.sampled_from(["int32", "int64"]),
+                             st.lists(sizes, min_size=0, max_size=3))))
+    widths_spec = draw(mostly(
+        st.just({"dtype": "int32", "shape": [c], "fill": "value",
+                 "value": widths[0], "seed": 0} if len(set(widths)) == 1
+                else None),
+        tensor("int32", st.lists(sizes, min_size=0, max_size=2))))
+    if widths_spec is None:  # unequal widths: spelled out as a "list" fill
+        widths_spec = {"dtype": "int32", "shape": [c], "fill": "list",
+                       "value": widths, "seed": 0}
+    combiners = draw(mostly(st.just(_ints("int32", [c], 3, seed)),
+                            tensor("int32", st.lists(sizes, max_size=2))))
+    if grad:
+        values = draw(mostly(
+            tensor_of("float32", st.just([b, c * d]), ["rand", "value"]),
+            tensor("float32", st.lists(sizes, min_size=0, max_size=3))))
+        num_rows = draw(mostly(scalar("int64", [u]),
+                               scalar("int64", [0, -1, 2**40, I64_MAX])))
+        return {"op": "TnetEmbedCombineGrad", "handle": None, "attrs": {},
+                "args": {"grad": values, "idx": idx, "widths": widths_spec,
+                         "combiners": combiners, "num_rows": num_rows}}
+    rows = draw(_rows(u, d))
+    return {"op": "TnetEmbedCombine", "handle": None, "attrs": {},
+            "args": {"rows": rows, "idx": idx, "widths": widths_spec,
+                     "combiners": combiners}}
+
+
+@st.composite
+def segment_combine_case(draw) -> dict:
+    grad = draw(st.booleans())
+    u = draw(st.sampled_from([1, 5, 300]))
+    d = draw(st.sampled_from([0, 1, 4, 16]))
+    c = draw(st.sampled_from([1, 2, 3]))
+    segs = c * draw(st.sampled_from([0, 1, 7, 4096]))
+    k = draw(sizes)
+    seed = draw(st.integers(0, 2**16))
+    idx = draw(mostly(st.just(_ints("int32", [k], u, seed)),
+                      tensor(st.sampled_from(["int32", "int64"]),
+                             st.lists(sizes, min_size=0, max_size=2))))
+    segments = draw(mostly(st.just(_ints("int64", [k], max(segs, 1), seed)),
+                           tensor("int64", st.lists(sizes, max_size=2))))
+    num_segments = draw(mostly(scalar("int64", [segs]),
+                               scalar("int64", [-1, c + 1, 2**40, I64_MIN])))
+    combiners = draw(mostly(st.just(_ints("int32", [c], 3, seed)),
+                            tensor("int32", st.lists(sizes, max_size=2))))
+    args = {"idx": idx, "segments": segments, "num_segments": num_segments,
+            "combiners": combiners}
+    if grad:
+        args = {"grad": draw(mostly(
+            tensor_of("float32", st.just([segs, d]), ["rand", "value"]),
+            tensor("float32", st.lists(sizes, min_size=0, max_size=3)))),
+            **args, "num_rows": draw(mostly(scalar("int64", [u]),
+                                            scalar("int64", [-1, 2**40])))}
+        return {"op": "TnetSegmentCombineGrad", "handle": None, "attrs": {},
+                "args": args}
+    return {"op": "TnetSegmentCombine", "handle": None, "attrs": {},
+            "args": {"rows": draw(_rows(u, d)), **args}}
+
+
 NAMES = ["", "t", "x" * 300, "a/b", "bad name!", "\u00e9", "clash"]
 
 
@@ -361,6 +456,11 @@ TARGETED = {
     "SparseTableSize": info_case(),
     "SparseTableMemoryBytes": info_case(),
     "TnetSumRows": sum_rows_case(),
+    "TnetUnique": unique_case(),
+    "TnetEmbedCombine": embed_combine_case(),
+    "TnetEmbedCombineGrad": embed_combine_case(),
+    "TnetSegmentCombine": segment_combine_case(),
+    "TnetSegmentCombineGrad": segment_combine_case(),
 }
 
 
