@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale
+.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ bench-train: build
 
 bench-pss: build
 	$(PY) tools/bench_pss.py
+
+# tnet vs TensorFlow Recommenders-Addons 0.8.1 (WD-400, same synthetic
+# data). TFRA needs TF 2.16.2: the script creates .venv-tfra once (~2.3 GB).
+bench-tfra: build
+	$(PY) tools/bench_tfra.py
 
 bench-saving: build
 	$(PY) tools/bench_saving.py

@@ -1,0 +1,763 @@
+"""TFRA 0.8.1 beside tnet: WD-400 throughput, quality and PSS, same data.
+
+    python tools/bench_tfra.py            # WD-400, docs/BENCHMARK_PROTOCOL.md
+    python tools/bench_tfra.py --quick    # small, checks the script works
+                                          # (tnet and TFRA only, 1 repeat)
+
+Run with tnet's venv python (make bench-tfra). TensorFlow Recommenders-Addons
+0.8.1 is built against TensorFlow 2.16.2 and fails to load on tnet's 2.21,
+so it runs in a venv of its own, created once at --tfra_venv (default
+.venv-tfra at the repo root; reused while its stamp file says it is
+complete): tensorflow==2.16.2, tf-keras==2.16.0 (TF 2.16's Keras 2; TFRA's
+layers import tf_keras, and TF_USE_LEGACY_KERAS=1 makes tf.keras the same
+package), tensorflow-recommenders-addons==0.8.1. About 2.3 GB.
+
+Data: tnet.data.SyntheticCriteo(seed=0, scale=--scale) (26 id columns,
+Zipf 1.1, about 5M distinct ids at scale 1, 13 dense features), generated
+once here and handed to every child as an .npz file in a temp dir (the TFRA
+venv never imports tnet). Model WD-400: Wide&Deep, deep dim 8, wide dim 1,
+DNN 400-400-400, batch 4096, Adagrad lr 0.05; see tools/_tfra_child.py for
+each implementation:
+- tnet: tn.models.WideDeep + tn.optimizer.Adagrad (as tools/bench_train.py;
+  tnet's venv, TF 2.21);
+- TFRA: `de.keras.layers.Embedding` over TFRA's CPU cuckoo hash tables, one
+  deep and one wide table shared by the 26 columns (column-salted keys: one
+  lookup per table and step, TFRA's fastest layout here; `--tfra_tables
+  per_column` gives 52 tables), `de.DynamicEmbeddingOptimizer(
+  tf_keras.optimizers.Adagrad)` for the dense layers and the rows;
+- stock: tf_keras floormod(id, 2**20) + Embedding, tf_keras Adagrad, in the
+  TFRA venv (a sanity anchor on TF 2.16; --no_stock skips it);
+- DNN-only in each venv: the same DNN fed a constant input of the same
+  width, the dense part's limit on TF 2.21 and on TF 2.16.2 (WD-400 is
+  dense-bound, so these bound the reachable ratio; --no_dnn skips them).
+
+Throughput: one process per measurement, alternated tnet, TFRA, stock,
+DNN-only x2, tnet, ... for --repeats: each builds its model, runs
+--warmup_steps steps,
+then times --steps steps of the Keras train function over in-memory batches
+(examples/s). Reported: median and range, the ratio tnet / TFRA paired within
+a repeat (target >= 2x), peak RSS of each child. Quality: one fresh process
+per implementation trains --epochs over --train_examples examples in order
+and scores the hold-out (exact AUC, numpy rank-sum), beside the oracle AUC
+of the true logits (target: tnet >= TFRA).
+
+PSS (--pss_shapes, default 2x2; --no_pss skips it): TFRA on a local
+cluster on 127.0.0.1 (chief + W workers + P ps, every task a process of the
+TFRA venv, listening only on 127.0.0.1 through tnet's bind preload
+library), tables placed on the ps tasks, Keras fit over per-worker datasets.
+TFRA has been seen to fail there as soon as two workers train; the script
+records what happens (the error, or examples/s), with a timeout, once with
+TFRA's default `with_unique=True` and, if that fails, once with
+`with_unique=False`. Every process it starts is stopped on exit.
+
+Results: bench/results/bench_tfra[-quick]-<date>.json and .md.
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import ctypes
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+CHILD = os.path.join(REPO, "tools", "_tfra_child.py")
+
+# TFRA 0.8.1 is built against TensorFlow 2.16.2 (its ops fail to load on
+# tnet's TF 2.21). TF 2.16 made Keras 3 the default `tf.keras`; TFRA's
+# layers import `tf_keras` first, so the Keras 2 of TF 2.16 (tf-keras 2.16)
+# with TF_USE_LEGACY_KERAS=1 keeps tf.keras and tf_keras one package.
+# TFRA's resource loader imports pkg_resources (setuptools < 81 has it).
+TFRA_REQUIREMENTS = ("tensorflow==2.16.2", "tf-keras==2.16.0",
+                     "tensorflow-recommenders-addons==0.8.1",
+                     "setuptools<81")
+TFRA_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+STAMP_NAME = ".tnet-bench-tfra"
+TARGET = 2.0  # docs/BENCHMARK_PROTOCOL.md: tnet >= 2x TFRA examples/s
+IMPL_NAMES = {"tnet": "tnet", "tfra": "TFRA", "stock": "stock floormod",
+              "dnn_tnet_venv": "DNN-only, tnet venv",
+              "dnn_tfra_venv": "DNN-only, TFRA venv"}
+# case -> (tools/_tfra_child.py --impl, which venv runs it)
+CASES = {"tnet": ("tnet", "tnet"), "tfra": ("tfra", "tfra"),
+         "stock": ("stock", "tfra"), "dnn_tnet_venv": ("dnn", "tnet"),
+         "dnn_tfra_venv": ("dnn", "tfra")}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--batch", type=int, default=4096)
+    p.add_argument("--warmup_steps", type=int, default=5)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--train_examples", type=int, default=2**20)
+    p.add_argument("--holdout_examples", type=int, default=2**17)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--tfra_tables", choices=("shared", "per_column"),
+                   default="shared")
+    p.add_argument("--tfra_optimizer", choices=("keras", "legacy"),
+                   default="keras",
+                   help="tf_keras.optimizers.Adagrad or .legacy.Adagrad")
+    p.add_argument("--no_stock", action="store_true",
+                   help="skip the stock floormod rows (TFRA venv)")
+    p.add_argument("--no_dnn", action="store_true",
+                   help="skip the DNN-only rows (one per venv)")
+    p.add_argument("--no_quality", action="store_true")
+    p.add_argument("--no_throughput", action="store_true")
+    p.add_argument("--no_pss", action="store_true")
+    p.add_argument("--pss_shapes", default="2x2",
+                   help="local cluster shapes WORKERSxPS, comma-separated")
+    p.add_argument("--pss_steps", type=int, default=20,
+                   help="steps per timed PSS epoch")
+    p.add_argument("--pss_epochs", type=int, default=2,
+                   help="timed PSS epochs (after an untimed one)")
+    p.add_argument("--pss_batches", type=int, default=8,
+                   help="distinct in-memory batches each worker cycles over")
+    p.add_argument("--pss_timeout", type=float, default=900,
+                   help="seconds before a PSS attempt is stopped")
+    p.add_argument("--child_timeout", type=float, default=3600,
+                   help="seconds before a one-process child is stopped")
+    p.add_argument("--tfra_venv", default=os.path.join(REPO, ".venv-tfra"))
+    p.add_argument("--tfra_python",
+                   default=getattr(sys, "_base_executable", sys.executable),
+                   help="interpreter that creates the TFRA venv "
+                        "(CPython 3.9-3.11)")
+    p.add_argument("--setup_only", action="store_true",
+                   help="create the TFRA venv and exit")
+    p.add_argument("--keep_tmp", action="store_true",
+                   help="keep the temp dir (data, every child's log)")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    if args.quick:  # each process spends ~30 s importing and tracing
+        args.scale, args.warmup_steps, args.steps, args.repeats = 0.05, 2, 8, 1
+        args.train_examples, args.holdout_examples, args.epochs = \
+            2**16, 2**14, 1
+        args.no_stock = args.no_dnn = True
+        args.pss_steps, args.pss_epochs, args.pss_timeout = 4, 1, 420
+        args.child_timeout = 600
+    args.shape_list = []
+    for s in args.pss_shapes.split(","):
+        w, _, ps = s.strip().partition("x")
+        args.shape_list.append((int(w), int(ps)))
+    return args
+
+
+def _log(message: str) -> None:
+    print(message, flush=True)
+
+
+# ------------------------------------------------------------ TFRA venv
+def tfra_python(venv: str) -> str:
+    return os.path.join(venv, "bin", "python")
+
+
+def _read_stamp(stamp: str) -> dict:
+    facts = {}
+    with open(stamp) as f:
+        text = f.read()
+    head, _, tail = text.partition("---\n")
+    facts["requirements"] = head
+    for line in tail.splitlines():
+        key, _, value = line.partition(" ")
+        facts[key] = value
+    return facts
+
+
+def ensure_tfra_venv(venv: str, base_python: str) -> dict:
+    """Creates (once) the TFRA venv; reuses it when its stamp says it is
+    complete for TFRA_REQUIREMENTS. Returns facts about it for the report
+    (versions, install seconds, size). Exits with a clear message when pip
+    cannot install the packages."""
+    stamp = os.path.join(venv, STAMP_NAME)
+    wanted = "\n".join(TFRA_REQUIREMENTS) + "\n"
+    if os.path.exists(stamp) and os.path.exists(tfra_python(venv)):
+        facts = _read_stamp(stamp)
+        if facts["requirements"] == wanted:
+            _log(f"TFRA venv: reusing {venv} ({facts.get('versions', '')})")
+            return {"path": venv, "created_now": False, **facts}
+    _log(f"TFRA venv: creating {venv} with {base_python}: "
+         f"{' '.join(TFRA_REQUIREMENTS)} (a few minutes, ~2.3 GB; pip's "
+         "output follows)")
+    t0 = time.perf_counter()
+    if os.path.exists(stamp):
+        os.remove(stamp)
+    made = subprocess.run([base_python, "-m", "venv", venv])
+    if made.returncode != 0:
+        raise SystemExit(f"bench_tfra: `{base_python} -m venv {venv}` "
+                         "failed; pass --tfra_python with a CPython 3.9-3.11")
+    py = tfra_python(venv)
+    cmd = [py, "-m", "pip", "install", "--progress-bar", "off",
+           *TFRA_REQUIREMENTS]
+    _log("TFRA venv: " + " ".join(cmd))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            errors="replace")
+    tail = []
+    for line in proc.stdout:
+        line = line.rstrip()
+        if line.startswith("WARNING: Location"):
+            continue  # this machine's pip config names absent local indexes
+        tail = (tail + [line])[-30:]
+        _log(f"  [pip] {line}")
+    if proc.wait() != 0:
+        raise SystemExit(
+            f"bench_tfra: pip could not install {' '.join(TFRA_REQUIREMENTS)} "
+            f"into {venv} (exit {proc.returncode}). Last lines:\n  "
+            + "\n  ".join(tail) + "\nTFRA 0.8.1 has wheels for Linux x86_64 "
+            "(and macOS arm64), CPython 3.9-3.11 only: pass --tfra_python "
+            "with such an interpreter, check that the package index is "
+            "reachable, and run again (the venv is then re-used or "
+            "completed; delete it to start over).")
+    check = subprocess.run(
+        [py, "-c", "import tensorflow as tf, tf_keras; "
+         "import tensorflow_recommenders_addons as tfra; "
+         "from tensorflow_recommenders_addons import dynamic_embedding; "
+         "print('tensorflow', tf.__version__, 'tf_keras', tf_keras.__version__,"
+         " 'tfra', tfra.__version__)"],
+        env=dict(os.environ, **TFRA_ENV), capture_output=True, text=True)
+    if check.returncode != 0:
+        raise SystemExit(f"bench_tfra: TFRA installed into {venv} but does "
+                         f"not import:\n{check.stderr[-3000:]}")
+    versions = check.stdout.strip().splitlines()[-1]  # TFRA prints a notice
+    seconds = time.perf_counter() - t0
+    size = int(subprocess.run(["du", "-sb", venv], capture_output=True,
+                              text=True).stdout.split()[0])
+    with open(stamp, "w") as f:
+        f.write(wanted + "---\n" + f"versions {versions}\n"
+                f"install_seconds {seconds:.0f}\nsize_bytes {size}\n")
+    _log(f"TFRA venv: ready in {seconds:.0f}s, {size / 2**30:.2f} GiB "
+         f"({versions})")
+    return {"path": venv, "created_now": True, "versions": versions,
+            "install_seconds": f"{seconds:.0f}", "size_bytes": str(size)}
+
+
+# ------------------------------------------------------------ processes
+_PROCS: list = []  # every child started, stopped on exit
+
+
+try:  # resolved here, not in the forked child (the parent has threads)
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _PRCTL = None
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it if this script dies without
+    cleaning up (prctl PR_SET_PDEATHSIG, Linux)."""
+    if _PRCTL is not None:
+        _PRCTL(1, int(signal.SIGKILL))
+
+
+def _start(cmd, env, log_path):
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            cwd=REPO, start_new_session=True,
+                            preexec_fn=_die_with_parent)
+    log.close()
+    _PROCS.append(proc)
+    return proc
+
+
+def _stop(proc, grace: float = 10.0) -> None:
+    """SIGTERM to the child's process group, SIGKILL after `grace`."""
+    if proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 30.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _stop_all() -> None:
+    for proc in _PROCS:
+        _stop(proc, grace=5.0)
+
+
+def _on_signal(signum, frame):
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)  # once: let the cleanup finish
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _result_line(log_path: str):
+    with open(log_path, errors="replace") as f:
+        lines = f.read().splitlines()
+    for line in reversed(lines):
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):]), lines
+    return None, lines
+
+
+def child_env(venv: str) -> dict:
+    env = dict(os.environ)
+    env.pop("TF_CONFIG", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    if venv == "tfra":
+        # Nothing of tnet's venv may reach the TFRA interpreter.
+        env.pop("PYTHONPATH", None)
+        env.pop("VIRTUAL_ENV", None)
+        env.update(TFRA_ENV)
+    else:
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def run_child(args, ctx, case: str, mode: str, tag: str) -> dict:
+    impl, venv = CASES[case]
+    py = sys.executable if venv == "tnet" else tfra_python(args.tfra_venv)
+    cmd = [py, CHILD, "--impl", impl, "--mode", mode, "--data", ctx["data"],
+           "--batch", str(args.batch), "--warmup_steps",
+           str(args.warmup_steps), "--steps", str(args.steps),
+           "--epochs", str(args.epochs), "--lr", str(args.lr),
+           "--tables", args.tfra_tables, "--optimizer", args.tfra_optimizer]
+    log_path = os.path.join(ctx["tmp"], f"{tag}.log")
+    t0 = time.perf_counter()
+    proc = _start(cmd, child_env(venv), log_path)
+    try:
+        proc.wait(timeout=args.child_timeout)
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        raise RuntimeError(f"{tag}: no result after {args.child_timeout:.0f}s"
+                           f" (stopped); log tail:\n" + "\n".join(
+                               _result_line(log_path)[1][-20:]))
+    result, lines = _result_line(log_path)
+    if proc.returncode != 0 or result is None:
+        raise RuntimeError(f"{tag} failed (exit {proc.returncode}); log "
+                           "tail:\n" + "\n".join(lines[-40:]))
+    result["wall_seconds"] = time.perf_counter() - t0
+    return result
+
+
+# ------------------------------------------------------------------ PSS
+def _load_by_path(name: str, path: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _listening(pids) -> list:
+    """Listening TCP addresses of these processes (`ss -tlnpH`)."""
+    try:
+        text = subprocess.run(["ss", "-tlnpH"], capture_output=True,
+                              text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    out = []
+    for line in text.splitlines():
+        found = re.findall(r"pid=(\d+)", line)
+        if any(int(p) in pids for p in found):
+            out.append(line.split()[3])
+    return sorted(set(out))
+
+
+def _vm_hwm(pid: int):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def run_pss(args, ctx, workers: int, ps: int, with_unique: bool) -> dict:
+    """TFRA on a fresh local cluster; returns what happened (never raises
+    for a TFRA failure: that is the result)."""
+    launch = _load_by_path("_tnet_launch", os.path.join(REPO, "tnet",
+                                                        "launch.py"))
+    bind = launch._bind  # tnet/bind.py, standard library only
+    cluster = launch.cluster_spec(ps, workers)  # free ports on 127.0.0.1
+    py = tfra_python(args.tfra_venv)
+    tag = f"pss-{workers}w{ps}ps-unique{int(with_unique)}"
+    record = {"workers": workers, "ps": ps, "with_unique": with_unique,
+              "cluster": cluster}
+    procs = {}
+
+    def env_for(kind, index):
+        env = child_env("tfra")
+        env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {
+            "type": kind, "index": index}})
+        env.update(bind.bind_environment(env))  # listen on 127.0.0.1 only
+        env["TNET_BIND_QUIET"] = "1"
+        return env
+
+    common = ["--impl", "tfra", "--tables", args.tfra_tables,
+              "--optimizer", args.tfra_optimizer,
+              "--with_unique", str(int(with_unique))]
+    t0 = time.perf_counter()
+    try:
+        for kind in ("ps", "worker"):
+            for i in range(len(cluster[kind])):
+                name = f"{kind}{i}"
+                procs[name] = _start([py, CHILD, "--mode", "server", *common],
+                                     env_for(kind, i), os.path.join(
+                                         ctx["tmp"], f"{tag}-{name}.log"))
+        deadline = time.monotonic() + min(300.0, args.pss_timeout)
+        waiting = set(procs)
+        while waiting and time.monotonic() < deadline:
+            for name in list(waiting):
+                with open(os.path.join(ctx["tmp"], f"{tag}-{name}.log"),
+                          errors="replace") as f:
+                    if "up at" in f.read():
+                        waiting.discard(name)
+                if procs[name].poll() is not None:
+                    raise RuntimeError(f"{name} exited early")
+            time.sleep(0.5)
+        if waiting:
+            raise RuntimeError(f"servers not up: {sorted(waiting)}")
+        chief_log = os.path.join(ctx["tmp"], f"{tag}-chief.log")
+        procs["chief"] = chief = _start(
+            [py, CHILD, "--mode", "pss_chief", *common, "--data", ctx["data"],
+             "--batch", str(args.batch), "--warmup_steps",
+             str(args.warmup_steps), "--steps", str(args.pss_steps),
+             "--pss_epochs", str(args.pss_epochs), "--pss_batches",
+             str(args.pss_batches), "--lr", str(args.lr)],
+            env_for("chief", 0), chief_log)
+        left = args.pss_timeout - (time.perf_counter() - t0)
+        deadline = time.monotonic() + max(left, 30.0)
+        listening, last = set(), 0.0
+        while chief.poll() is None and time.monotonic() < deadline:
+            if time.monotonic() - last > 5:  # the chief's server starts late
+                listening.update(_listening({p.pid for p in procs.values()}))
+                last = time.monotonic()
+            time.sleep(0.5)
+        record["listening"] = sorted(listening)
+        peaks = {n: _vm_hwm(p.pid) for n, p in procs.items() if n != "chief"}
+        if chief.poll() is None:
+            record.update({"status": "timeout", "error": (
+                f"no result after {args.pss_timeout:.0f}s; stopped")})
+        else:
+            result, lines = _result_line(chief_log)
+            if result is None:
+                record.update({"status": "crashed",
+                               "exit": chief.returncode,
+                               "error": "\n".join(lines[-25:])})
+            else:
+                record.update(result)
+                peaks["chief"] = result["peak_rss_bytes"]
+        record["peak_rss_bytes"] = peaks
+        dead = {n: p.returncode for n, p in procs.items()
+                if n != "chief" and p.poll() is not None}
+        if dead:
+            record["servers_exited"] = dead
+    except RuntimeError as e:
+        record.update({"status": "cluster did not start", "error": str(e)})
+    finally:
+        for proc in procs.values():
+            _stop(proc)
+    record["wall_seconds"] = time.perf_counter() - t0
+    record["logs"] = os.path.join(ctx["tmp"], f"{tag}-*.log")
+    return record
+
+
+def _first_error_line(record: dict) -> str:
+    """The informative part of an error: TensorFlow's first lines are often
+    "Graph execution error:" and "3 root error(s) found."; the op's message
+    and node come after them."""
+    lines = [x.strip() for x in record.get("error", "").splitlines()
+             if x.strip()]
+    kind = record.get("error_type")
+    skip = re.compile(r"(.*Graph execution error:|\d+ root error\(s\) "
+                      r"found\.)$")
+    for i, line in enumerate(lines):
+        if skip.match(line):
+            continue
+        line = re.sub(r"^\(\d+\) [A-Z_]+:\s*", "", line)
+        node = re.search(r"\{\{node ([^}]+)\}\}", " ".join(lines[i + 1:i + 2]))
+        text = (f"{kind}: " if kind and not line.startswith(kind) else "") \
+            + line + (f" (node {node.group(1)})" if node else "")
+        return text[:400]
+    return ""
+
+
+# -------------------------------------------------------------- report
+def build_report(args, info, venv, data_facts, runs, quality, pss):
+    import tools._bench_common as bc  # noqa: PLC0415
+    measurements = []
+    section = "WD-400 one process"
+    if runs:
+        eps = {k: [r["examples_per_sec"] for r in v] for k, v in runs.items()}
+        tf_tnet = info["versions"]["tensorflow"]
+        tf_tfra = "2.16.2"
+        for key in ("dnn_tnet_venv", "dnn_tfra_venv"):
+            if key in eps:
+                measurements.append(bc.Measurement(
+                    section, f"{IMPL_NAMES[key]} (TF "
+                    f"{tf_tnet if key == 'dnn_tnet_venv' else tf_tfra})",
+                    "examples/s", eps[key],
+                    note="constant input: the dense part's limit"))
+        if "stock" in eps:
+            measurements.append(bc.Measurement(
+                section, "stock floormod WD, Adagrad (TFRA venv)",
+                "examples/s", eps["stock"], note=f"TF {tf_tfra}, sanity "
+                "anchor"))
+        measurements.append(bc.Measurement(
+            section, "TFRA WD (cuckoo tables), Adagrad", "examples/s",
+            eps["tfra"], note=f"{args.tfra_tables} tables, "
+            f"{args.tfra_optimizer} tf_keras Adagrad, TF {tf_tfra}"))
+        for key, name in (("stock", "stock floormod (TFRA venv)"),
+                          ("dnn_tfra_venv", "DNN-only, TFRA venv")):
+            if key in eps:
+                measurements.append(bc.Measurement(
+                    section, "TFRA WD, Adagrad", "examples/s", eps["tfra"],
+                    name, bc.paired_ratios(eps["tfra"], eps[key]),
+                    note="same venv and TF"))
+        measurements.append(bc.Measurement(
+            section, "tnet WD, Adagrad", "examples/s", eps["tnet"], "TFRA",
+            bc.paired_ratios(eps["tnet"], eps["tfra"]), target=TARGET,
+            note=f"tnet on TF {tf_tnet}, TFRA on TF {tf_tfra}"))
+        if "dnn_tnet_venv" in eps:
+            measurements.append(bc.Measurement(
+                section, "tnet WD, Adagrad", "examples/s", eps["tnet"],
+                "DNN-only, tnet venv",
+                bc.paired_ratios(eps["tnet"], eps["dnn_tnet_venv"]),
+                note="same venv and TF"))
+        for key, rs in runs.items():
+            measurements.append(bc.Measurement(
+                "peak RSS", f"{IMPL_NAMES[key]}, throughput child", "bytes",
+                [float(r["peak_rss_bytes"]) for r in rs]))
+    if quality:
+        for impl, q in quality.items():
+            measurements.append(bc.Measurement(
+                "quality", f"hold-out AUC, {IMPL_NAMES[impl]}", "AUC",
+                [q["auc"]], note=f"oracle {data_facts['oracle_auc']:.4f}"))
+        for impl, q in quality.items():
+            measurements.append(bc.Measurement(
+                "peak RSS", f"{IMPL_NAMES[impl]}, quality child", "bytes",
+                [float(q["peak_rss_bytes"])],
+                note=f"after {args.epochs} epoch(s), "
+                f"{_rows_text(q.get('table_rows'))}"))
+        if "tnet" in quality and "tfra" in quality:
+            diff = quality["tnet"]["auc"] - quality["tfra"]["auc"]
+            measurements.append(bc.Measurement(
+                "quality", "hold-out AUC, tnet - TFRA", "AUC", [diff],
+                note="target >= 0: " + ("reached" if diff >= 0 else
+                                        "missed")))
+    for rec in pss:
+        if rec.get("status") == "ran":
+            measurements.append(bc.Measurement(
+                f"PSS {rec['workers']}w/{rec['ps']}ps (TFRA)",
+                f"TFRA WD, with_unique={rec['with_unique']}", "examples/s",
+                [rec["examples_per_sec"]],
+                note="every process on the same cores"))
+
+    title = "bench_tfra: WD-400, tnet vs TFRA 0.8.1" + (
+        " (quick)" if args.quick else "")
+    md = bc.header_markdown(info, title)
+    md += (f"\n- TFRA venv: {venv.get('versions', '?')} at "
+           f"{os.path.relpath(venv['path'], REPO)}")
+    md += "\n\n" + bc.markdown_table(measurements)
+    md += (f"\n\nData: SyntheticCriteo(seed=0, scale={args.scale:g}), "
+           f"{data_facts['possible_ids']:,} ids possible; "
+           f"{args.train_examples:,} training / {args.holdout_examples:,} "
+           f"hold-out examples, batch {args.batch}. Throughput: one process "
+           f"per figure, {' / '.join(IMPL_NAMES[k] for k in runs)} "
+           f"alternating, {args.repeats} repeat(s), {args.warmup_steps} "
+           f"warm-up steps then {args.steps} timed steps of the Keras train "
+           "function over in-memory batches, no metrics. "
+           f"Optimizers: tnet tn.optimizer.Adagrad({args.lr:g}) (dense and "
+           "deep rows; wide rows tnet's default in-table FTRL); TFRA "
+           f"de.DynamicEmbeddingOptimizer(tf_keras Adagrad({args.lr:g})) for "
+           "the dense layers and the rows; stock tf_keras "
+           f"Adagrad({args.lr:g}).")
+    if quality:
+        parts = ", ".join(f"{IMPL_NAMES[k]} {q['auc']:.4f}"
+                          for k, q in quality.items())
+        md += (f"\n\nQuality after {args.epochs} epoch(s) over "
+               f"{args.train_examples:,} examples (hold-out "
+               f"{data_facts['holdout_scored']:,}): {parts}; oracle "
+               f"{data_facts['oracle_auc']:.4f}.")
+    if pss:
+        md += ("\n\nTFRA under ParameterServerStrategy: a local cluster on "
+               "127.0.0.1 (chief, workers and ps tasks all processes of the "
+               "TFRA venv, all on the same cores), the same TFRA model built "
+               "in the strategy's scope with its tables on the ps tasks "
+               "(`devices=`, TFRA's default id-mod-shards partitioner), Keras "
+               f"fit over per-worker datasets cycling {args.pss_batches} "
+               f"in-memory batches of {args.batch}; {args.warmup_steps} "
+               f"warm-up steps, then 1 + {args.pss_epochs} epochs of "
+               f"{args.pss_steps} steps timed after the first. Attempts:\n")
+        for rec in pss:
+            head = (f"- {rec['workers']} workers / {rec['ps']} ps, "
+                    f"with_unique={rec['with_unique']}: ")
+            if rec.get("status") == "ran":
+                head += (f"ran, {rec['examples_per_sec']:,.0f} examples/s "
+                         f"({args.pss_epochs} x {args.pss_steps} steps)")
+            else:
+                head += (f"**{rec.get('status')}**"
+                         + (f" in {rec['stage']}" if rec.get("stage") else "")
+                         + f": `{_first_error_line(rec)}`")
+            peaks = {k: v for k, v in (rec.get("peak_rss_bytes") or {}).items()
+                     if v}
+            if peaks:
+                head += "; peak RSS " + ", ".join(
+                    f"{k} {v / 2**30:.2f}" for k, v in sorted(peaks.items())
+                ) + " GiB"
+            addrs = rec.get("listening") or []
+            if addrs:
+                wild = [a for a in addrs if not a.startswith("127.0.0.1:")
+                        and not a.startswith("[::ffff:127.0.0.1]:")]
+                head += ("; listening only on 127.0.0.1" if not wild else
+                         f"; listening on {', '.join(wild)}")
+            md += head + "\n"
+        if any(not r["with_unique"] and r.get("status") == "ran" for r in pss):
+            dev = next((r.get("shadow_ids_device") for r in pss
+                        if r.get("shadow_ids_device")), "?")
+            md += ("\nCaveat on `with_unique=False` (the workaround users "
+                   "report in TFRA's issue #401): the layer's per-step state "
+                   "(TFRA's ShadowVariable: the current batch's ids and "
+                   f"rows) is one variable, placed on `{dev}`, that the "
+                   "steps of both workers use. The failure with unique ids "
+                   "reads as two workers' steps meeting there (a gradient "
+                   "for one batch's unique ids partitioned by another's); "
+                   "without unique every step has the same shape (batch x "
+                   "26 ids), so that check cannot fire and nothing here "
+                   "verifies that each worker's gradient lands on its own "
+                   "ids. Running is not evidence of correct updates.\n")
+    md += ("\nTFRA venv: " + (
+        f"created by this run in {venv['install_seconds']} s"
+        if venv.get("created_now") else "re-used (created earlier in "
+        f"{venv.get('install_seconds', '?')} s)")
+        + f", {int(venv.get('size_bytes', 0)) / 2**30:.2f} GiB on disk.")
+    return measurements, md
+
+
+def _rows_text(rows) -> str:
+    if not rows:
+        return "dense tables"
+    return f"{sum(rows.values()):,} rows in {len(rows)} table(s)"
+
+
+# ---------------------------------------------------------------- main
+def prepare_data(args, tmp: str) -> dict:
+    """The train and hold-out arrays as one .npz (keys split/column) and
+    the facts the report needs (oracle AUC of the scored hold-out)."""
+    import numpy as np  # noqa: PLC0415
+    from tnet.data.metrics import auc  # noqa: PLC0415
+    from tnet.data.synthetic import SyntheticCriteo  # noqa: PLC0415
+    t0 = time.perf_counter()
+    gen = SyntheticCriteo(seed=0, scale=args.scale)
+    arrays = {}
+    for split, n in (("train", args.train_examples),
+                     ("holdout", args.holdout_examples)):
+        features, labels, logits = gen.batch(n, split)
+        for name, values in features.items():
+            arrays[f"{split}/{name}"] = values
+        arrays[f"{split}/label"] = labels
+        if split == "holdout":
+            arrays["holdout/logit"] = logits
+    path = os.path.join(tmp, "data.npz")
+    np.savez(path, **arrays)
+    scored = (args.holdout_examples // args.batch) * args.batch
+    facts = {"possible_ids": int(gen.total_ids), "holdout_scored": scored,
+             "oracle_auc": auc(arrays["holdout/label"][:scored],
+                               arrays["holdout/logit"][:scored]),
+             "npz_bytes": os.path.getsize(path)}
+    _log(f"data: {args.train_examples:,} train / {args.holdout_examples:,} "
+         f"hold-out examples ({gen.total_ids:,} ids possible; oracle AUC "
+         f"{facts['oracle_auc']:.4f}), {facts['npz_bytes'] / 2**20:.0f} MiB "
+         f"npz, in {time.perf_counter() - t0:.1f}s")
+    return facts
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    venv = ensure_tfra_venv(args.tfra_venv, args.tfra_python)
+    if args.setup_only:
+        return 0
+    importlib.import_module("tnet")  # first: selects tf_keras (Keras 2)
+    import tools._bench_common as bc  # noqa: PLC0415
+    info = bc.run_info()
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, _on_signal)
+    atexit.register(_stop_all)
+    tmp = tempfile.mkdtemp(prefix="bench_tfra-")
+    ctx = {"tmp": tmp, "data": os.path.join(tmp, "data.npz")}
+    try:
+        data_facts = prepare_data(args, tmp)
+        impls = ["tnet", "tfra"] + ([] if args.no_stock else ["stock"])
+        cases = impls + ([] if args.no_dnn else ["dnn_tnet_venv",
+                                                 "dnn_tfra_venv"])
+        runs = {}
+        if not args.no_throughput:
+            _log("throughput (examples/s), one process each, alternating:")
+            counter = {"n": 0}
+
+            def case(impl):
+                def measure():
+                    counter["n"] += 1
+                    r = run_child(args, ctx, impl, "throughput",
+                                  f"throughput-{counter['n']}-{impl}")
+                    runs.setdefault(impl, []).append(r)
+                    return r["examples_per_sec"]
+                return measure
+
+            bc.alternate({key: case(key) for key in cases}, args.repeats)
+        quality = {}
+        if not args.no_quality:
+            for impl in impls:
+                q = run_child(args, ctx, impl, "quality", f"quality-{impl}")
+                quality[impl] = q
+                _log(f"quality {IMPL_NAMES[impl]}: AUC {q['auc']:.4f} after "
+                     f"{args.epochs} epoch(s) ({q['train_seconds']:.0f}s), "
+                     f"peak RSS {q['peak_rss_bytes'] / 2**30:.2f} GiB")
+        pss = []
+        if not args.no_pss:
+            for workers, ps in args.shape_list:
+                for with_unique in (True, False):
+                    _log(f"PSS: TFRA on {workers} workers / {ps} ps, "
+                         f"with_unique={with_unique} (timeout "
+                         f"{args.pss_timeout:.0f}s)")
+                    rec = run_pss(args, ctx, workers, ps, with_unique)
+                    pss.append(rec)
+                    _log(f"PSS: {rec.get('status')}: "
+                         + (f"{rec['examples_per_sec']:,.0f} examples/s"
+                            if rec.get("status") == "ran"
+                            else _first_error_line(rec)))
+                    if rec.get("status") == "ran":
+                        break  # the default worked: no workaround needed
+    finally:
+        _stop_all()
+        if args.keep_tmp:
+            _log(f"kept {tmp} (data and logs)")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    measurements, md = build_report(args, info, venv, data_facts, runs,
+                                    quality, pss)
+    out = args.out or bc.default_out_path(
+        "bench_tfra" + ("-quick" if args.quick else ""))
+    config = {k: v for k, v in vars(args).items() if k != "shape_list"}
+    bc.write_results(out, info, measurements, md, extra={
+        "config": config, "tfra_venv": venv, "data": data_facts,
+        "throughput_runs": runs, "quality": quality, "pss": pss})
+    print(md)
+    _log(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as e:
+        print(f"bench_tfra: interrupted ({e}); every process it started "
+              "is stopped", file=sys.stderr)
+        sys.exit(130)
