@@ -5,11 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tnet  # noqa: F401  (before tensorflow: selects tf_keras)
+from tnet.models.stock import PooledEmbedding, stock_wide_deep  # first: tnet selects tf_keras
 import tensorflow as tf  # noqa: E402
 import tf_keras  # noqa: E402
-
-from tnet.models.stock import PooledEmbedding, stock_wide_deep  # noqa: E402
 
 
 def _padded(rng, rows=64, width=7, bins=50):
