@@ -18,8 +18,8 @@ import tnet.data as td
 from tnet.data import _rows
 from tnet.data.criteo import CRITEO_TSV
 from tnet.data.metrics import auc
-from tnet.data.synthetic import (BLOCK, CRITEO_KAGGLE_CARDINALITIES, SyntheticCriteo, ZipfRank,
-                                 synthetic_cardinalities)
+from tnet.data.synthetic import (BLOCK, CRITEO_KAGGLE_CARDINALITIES, MULTI_VALUED_MAX_LENGTH,
+                                 SyntheticCriteo, ZipfRank, read_tsv, synthetic_cardinalities)
 
 import tensorflow as tf  # noqa: E402  (after tnet)
 
@@ -466,6 +466,149 @@ def test_zipf_rank_is_exact_inverse_cdf():
         u = rng.random(20000)
         u[:2] = [0.0, np.nextafter(1.0, 0.0)]
         np.testing.assert_array_equal(sampler(u), np.searchsorted(sampler.cdf, u, side="right"))
+
+
+# ------------------------------------------------- synthetic, multi-valued
+
+# sha256 of the streams below as the generator wrote them before the
+# multi-valued option existed (commit 27bc1fe): with the option off, every
+# stream must stay bit-identical.
+_SYNTHETIC_DIGEST_BEFORE_MULTI_VALUED = \
+    "90e908eed15ac8abe24acead73cab6b98d7439b3934495df292817aadb53b0d2"
+MV = ("M1", "M2", "M3", "M4")
+
+
+def _synthetic_digest(gen, tmp_path) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    for stream, start, n in (("train", BLOCK - 2000, 5000), ("holdout", 0, 3000), (5, 17, 100)):
+        f, y, z = gen.batch(n, stream, start)
+        for k in sorted(f):
+            h.update(k.encode())
+            h.update(np.ascontiguousarray(f[k]).tobytes())
+        h.update(y.tobytes())
+        h.update(z.tobytes())
+    h.update(np.float64(gen.bias).tobytes())
+    path = tmp_path / "digest.tsv"
+    gen.write_tsv(path, 700, "train", BLOCK - 300)
+    h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def mv_gen():
+    return SyntheticCriteo(seed=3, scale=0.02, multi_valued=4)
+
+
+def test_synthetic_without_multi_valued_is_unchanged(tmp_path, small_gen, mv_gen):
+    want = _SYNTHETIC_DIGEST_BEFORE_MULTI_VALUED
+    assert _synthetic_digest(small_gen, tmp_path) == want
+    assert _synthetic_digest(SyntheticCriteo(seed=3, scale=0.02, multi_valued=0), tmp_path) == want
+    # With the option on, the other columns are the same draws; only the
+    # logits (and so a few labels) move.
+    a_f, a_y, a_z = small_gen.batch(5000, "train", start=BLOCK - 2000)
+    b_f, b_y, b_z = mv_gen.batch(5000, "train", start=BLOCK - 2000)
+    assert set(b_f) == set(a_f) | set(MV)
+    for k in a_f:
+        np.testing.assert_array_equal(a_f[k], b_f[k])
+    assert not np.array_equal(a_z, b_z) and 0.5 < (a_y == b_y).mean() < 1.0
+    with pytest.raises(ValueError, match="multi_valued"):
+        SyntheticCriteo(scale=0.02, multi_valued=-1)
+
+
+def test_synthetic_multi_valued_is_deterministic(mv_gen):
+    a = mv_gen.batch(5000, "train", start=BLOCK - 2000)
+    b = SyntheticCriteo(seed=3, scale=0.02, multi_valued=4).batch(5000, "train",
+                                                                  start=BLOCK - 2000)
+    for k in MV:
+        assert a[0][k].shape == (5000, MULTI_VALUED_MAX_LENGTH) and a[0][k].dtype == np.int64
+        np.testing.assert_array_equal(a[0][k], b[0][k])
+    np.testing.assert_array_equal(a[1], b[1])
+    np.testing.assert_array_equal(a[2], b[2])
+    part = mv_gen.batch(100, "train", start=BLOCK + 50)[0]["M3"]
+    np.testing.assert_array_equal(part, a[0]["M3"][2050:2150])
+    # Mi does not depend on how many columns there are; columns, seeds and
+    # streams differ from each other.
+    one = SyntheticCriteo(seed=3, scale=0.02, multi_valued=1).batch(5000, "train",
+                                                                    start=BLOCK - 2000)
+    np.testing.assert_array_equal(one[0]["M1"], a[0]["M1"])
+    assert "M2" not in one[0]
+    assert not np.array_equal(a[0]["M1"], a[0]["M2"])
+    other = SyntheticCriteo(seed=4, scale=0.02, multi_valued=4).batch(5000, "train",
+                                                                      start=BLOCK - 2000)
+    assert not np.array_equal(other[0]["M1"], a[0]["M1"])
+    holdout = mv_gen.batch(5000, "holdout", start=BLOCK - 2000)
+    assert not np.array_equal(holdout[0]["M1"], a[0]["M1"])
+
+
+def test_synthetic_multi_valued_lengths_ids_and_padding(mv_gen):
+    feats, _, _ = mv_gen.batch(1 << 16, "train")
+    card = mv_gen.multi_valued_cardinality
+    for k in MV:
+        ids = feats[k]
+        valid = ids >= 0
+        lengths = valid.sum(axis=1)
+        # ids first, then only -1
+        np.testing.assert_array_equal(valid, np.arange(MULTI_VALUED_MAX_LENGTH) < lengths[:, None])
+        assert (ids[~valid] == -1).all() and ids[valid].max() < card
+        # 1 + BetaBinomial(49, 1.9, 3.0): mean 20, sd ~10.3, 1..50
+        assert lengths.min() == 1 and lengths.max() == MULTI_VALUED_MAX_LENGTH
+        assert abs(lengths.mean() - 20.0) < 0.25, lengths.mean()
+        assert 9.5 < lengths.std() < 11.0, lengths.std()
+        # Zipf over the ids: the hottest id takes about 1/H of all draws.
+        p_top = 1.0 / np.sum(np.arange(1, card + 1, dtype=np.float64) ** -1.1)
+        top = np.unique(ids[valid], return_counts=True)[1].max() / valid.sum()
+        assert abs(top - p_top) < 0.1 * p_top, (top, p_top)
+
+
+def test_synthetic_label_depends_on_multi_valued_ids():
+    gen = SyntheticCriteo(seed=0, scale=0.2, multi_valued=4)
+    base = SyntheticCriteo(seed=0, scale=0.2)
+    feats, labels, logits = gen.batch(1 << 16, "holdout")
+    _, _, base_logits = base.batch(1 << 16, "holdout")
+    assert 0.2 <= labels.mean() <= 0.3
+    # The multi-valued term alone (everything else is the same draws)
+    # predicts the label, and the oracle gets better with it.
+    term = logits - base_logits
+    assert term.std() > 0.5
+    assert auc(labels, term) > 0.6
+    assert auc(labels, logits) > auc(labels, base_logits) + 0.005
+    assert gen.oracle_auc(n=1 << 16) == pytest.approx(auc(labels, logits))
+    # The documented model: bias + ... + sum over columns of the mean of
+    # the row's per-id weights (the bias is solved again with them).
+    expected = gen.bias - base.bias
+    for m, k in enumerate(MV):
+        ids = feats[k]
+        w = np.where(ids >= 0, gen._mv_weight[m][np.maximum(ids, 0)], 0.0)
+        expected = expected + w.sum(axis=1) / (ids >= 0).sum(axis=1)
+    np.testing.assert_allclose(term, expected, atol=1e-4)
+
+
+def test_synthetic_multi_valued_dataset_and_tsv_round_trip(tmp_path, mv_gen):
+    want_f, want_y, _ = mv_gen.batch(3000, "holdout")
+    feats, labels = collect(mv_gen.dataset(3000, 1024, stream="holdout"))
+    np.testing.assert_array_equal(labels, want_y)
+    for k in want_f:
+        np.testing.assert_array_equal(feats[k], want_f[k])
+    path = tmp_path / "mv.tsv"
+    mv_gen.write_tsv(path, 1500, stream="train", start=BLOCK - 700)
+    want_f, want_y, _ = mv_gen.batch(1500, "train", start=BLOCK - 700)
+    feats, labels = collect(read_tsv(path, 512, 4))
+    np.testing.assert_array_equal(labels, want_y)
+    assert set(feats) == set(want_f)
+    for k in want_f:  # exact, dense values included
+        assert feats[k].dtype == want_f[k].dtype, k
+        np.testing.assert_array_equal(feats[k], want_f[k], err_msg=k)
+    ds = read_tsv(path, 512, 4, ragged=True, take=1000)
+    got = [f["M2"] for f, _ in ds]
+    assert all(isinstance(m, tf.RaggedTensor) for m in got)
+    np.testing.assert_array_equal(
+        np.concatenate([m.to_tensor(-1, shape=[None, MULTI_VALUED_MAX_LENGTH]).numpy()
+                        for m in got]), want_f["M2"][:1000])
+    # multi_valued=0: the Criteo reader, unchanged.
+    plain = tmp_path / "plain.tsv"
+    SyntheticCriteo(seed=3, scale=0.02).write_tsv(plain, 600)
+    assert_same_batches(read_tsv(plain, 256, take=500), td.criteo_dataset(plain, 256, take=500))
 
 
 # ---------------------------------------------------------------- AUC

@@ -42,6 +42,14 @@ CPU per step: user + system CPU time of the ps, worker and chief processes
 (/proc/<pid>/stat) over the timed epochs, divided by the steps: where the
 machine's cores go.
 
+`--config sparse_heavy` runs the protocol's SPARSE-HEAVY instead
+(tools/_sparse_heavy.py: 26 columns + M1..M4 multi-valued, dim 16, DNN
+128-64; --embedding_dim and --hidden are then ignored) on files written by
+`SyntheticCriteo(multi_valued=4).write_tsv`, read with
+`tnet.data.synthetic.read_tsv` (tnet.data.spec_dataset), M1..M4 as the
+reader's `tf.RaggedTensor` for tnet and for stock unless
+`--stock_form padded|masked` ([B, 50] padded with -1).
+
 Prints one line `PSS_RESULT {json}` on success.
 """
 from __future__ import annotations
@@ -63,12 +71,18 @@ import tf_keras  # noqa: E402
 
 from tnet import data as tn_data  # noqa: E402
 from tnet.data.metrics import auc  # noqa: E402
+from tnet.data.synthetic import read_tsv  # noqa: E402
+from tools import _sparse_heavy as sh  # noqa: E402
 from tools import procfs  # noqa: E402
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--impl", choices=("tnet", "stock"), required=True)
+    p.add_argument("--config", choices=("wd400", "sparse_heavy"),
+                   default="wd400")
+    p.add_argument("--stock_form", choices=sh.STOCK_FORMS, default="ragged",
+                   help="sparse_heavy, stock: how M1..M4 arrive and are pooled")
     p.add_argument("--train", required=True, help="training TSV (Criteo)")
     p.add_argument("--holdout", required=True, help="hold-out TSV (Criteo)")
     p.add_argument("--batch", type=int, default=4096,
@@ -196,6 +210,12 @@ def peak_rss(pid):
 def build(args, num_ps):
     hidden = tuple(int(u) for u in args.hidden.split(","))
     cats, ints = tn_data.CRITEO_CAT_COLUMNS, tn_data.CRITEO_INT_COLUMNS
+    sparse_heavy = args.config == "sparse_heavy"
+    if args.impl == "tnet" and sparse_heavy:
+        strategy = tn.distribute.ParameterServerStrategy()
+        with strategy.scope():
+            model = sh.build_tnet(args.lr)
+        return strategy, model
     if args.impl == "tnet":
         strategy = tn.distribute.ParameterServerStrategy()
         with strategy.scope():
@@ -212,6 +232,8 @@ def build(args, num_ps):
     strategy = tf.distribute.ParameterServerStrategy(
         resolver, variable_partitioner=partitioner)
     with strategy.scope():
+        if sparse_heavy:
+            return strategy, sh.build_stock(args.lr, args.bins, args.stock_form)
         model = stock_wide_deep(cats, ints, embedding_dim=args.embedding_dim,
                                 num_bins=args.bins, hidden_units=hidden)
         model.compile(tf_keras.optimizers.Adagrad(args.lr),
@@ -247,8 +269,16 @@ class EpochClock(tf_keras.callbacks.Callback):
             self.snapshots.append((tcp_sockets(), cpu_seconds(self.pids)))
 
 
+def read(args, path, batch_size, **kwargs):
+    """The (features, label) batches of a data file for this config."""
+    if args.config == "wd400":
+        return tn_data.criteo_dataset(path, batch_size, **kwargs)
+    ragged = args.impl == "tnet" or args.stock_form == "ragged"
+    return read_tsv(path, batch_size, sh.MULTI_VALUED, ragged=ragged, **kwargs)
+
+
 def holdout_scores(args, model):
-    ds = tn_data.criteo_dataset(args.holdout, args.batch, take=args.eval_rows)
+    ds = read(args, args.holdout, args.batch, take=args.eval_rows)
     if args.impl == "tnet":
         return model.evaluate_exact(ds)
     predict = tf.function(lambda f: model(f, training=False))
@@ -273,6 +303,8 @@ def main(argv=None) -> int:
     num_workers = len(config["cluster"]["worker"])
     tf_keras.utils.set_random_seed(args.seed)
     result = {"impl": args.impl, "ps": num_ps, "workers": num_workers,
+              **({"config": args.config, "stock_form": args.stock_form}
+                 if args.config != "wd400" else {}),
               "batch": args.batch, "steps": args.steps, "epochs": args.epochs,
               "warmup_steps": args.warmup_steps}
     t0 = time.perf_counter()
@@ -282,9 +314,8 @@ def main(argv=None) -> int:
         result["parameters"] = int(model.count_params())
 
     def dataset_fn(ctx):
-        return tn_data.criteo_dataset(
-            args.train, ctx.get_per_replica_batch_size(args.batch),
-            num_epochs=None, input_context=ctx)
+        return read(args, args.train, ctx.get_per_replica_batch_size(args.batch),
+                    num_epochs=None, input_context=ctx)
 
     data = tf_keras.utils.experimental.DatasetCreator(dataset_fn)
     t0 = time.perf_counter()

@@ -33,6 +33,37 @@ The generator (`SyntheticCriteo(seed, scale, zipf)`):
   with (seed, stream code, block). "train" and "holdout" (or any int >= 0)
   are independent draws from the same hidden model. Same seed -> bit-identical
   data, whatever the batch size or the order in which blocks are requested.
+* Multi-valued columns (`multi_valued=k`, default 0: none), M1..Mk, for the
+  protocol's SPARSE-HEAVY configuration:
+  - ids: Zipf(zipf) over `MULTI_VALUED_CARDINALITY` (1,000,000) ids per
+    column at `scale=1` (scaled like the others), each through its own
+    random permutation. 1M is about the size of the largest Criteo columns
+    and below the 2**20 bins of the stock baselines, so stock's floormod
+    has no collisions on them (no quality edge for tnet from collisions).
+  - length per row: 1 + BetaBinomial(49, 1.9, 3.0): mean exactly 20,
+    standard deviation about 10.3, every length 1..50 possible (min 1, max
+    `MULTI_VALUED_MAX_LENGTH` = 50) and no clipping needed. Ids are drawn
+    independently, so a row may repeat an id (as real tag lists do).
+  - batch form: int64 `[n, 50]`, the row's ids first, then -1 padding
+    (numpy has no ragged arrays; tnet's EmbeddingFeatures takes it as is,
+    `tf.RaggedTensor.from_tensor(ids, padding=-1)` makes it ragged, the
+    form tnet.data's readers give for list cells).
+  - label: logit += sum_m mean_{ids of the row} u_m[id], per-id weights
+    u_m ~ N(0, t_m^2), t_m ~ U(1.0, 2.0) (a mean of ~20 weights varies
+    about 1/sqrt(20) as much as one weight, so the scale is larger than
+    the single columns'). The bias is solved with them, so CTR stays 0.25.
+  - determinism: column Mi is drawn from generators of its own, seeded with
+    (seed, code, block, `_MV_TAG`, i) and (seed, params, 0, `_MV_TAG`, i),
+    never from the ones the other columns use: with `multi_valued=0` every
+    stream is bit-identical to the generator without the option; with
+    k > 0 the 26 columns, dense features and label uniforms are the same
+    draws (only the logits, hence some labels, change), and Mi is the same
+    whatever k >= i.
+  - files: with k > 0, `write_tsv` writes a TSV with a header (decimal ids,
+    dense values already transformed, M cells `|`-separated) that
+    `read_tsv` (tnet.data.spec_dataset with `feature_spec`, then padded to
+    `[B, 50]`, or left ragged) reads back exactly as `batch` gives it:
+    Criteo's own format has no room for list cells.
 
 `SyntheticCriteo.dataset` uses `tf.data.Dataset.from_generator`, so it runs
 in one process only (it cannot be shipped to ParameterServerStrategy
@@ -41,6 +72,8 @@ file that `criteo_dataset` reads on every worker.
 
 Speed (this repo's 2-core machine, busy): `batch(2**20)` takes about 1.8 s;
 construction at scale 1 (tables, bias) about 0.4 s and ~120 MB of tables.
+Each multi-valued column adds ~24 MB of tables and, in a batch, 400 bytes
+per row (int64 [n, 50]).
 """
 from __future__ import annotations
 
@@ -69,6 +102,13 @@ _LARGEST = 1_500_000
 _STREAMS = {"train": 0, "holdout": 1}
 _CALIBRATION = 2
 _PARAMS = 3
+# Multi-valued columns (see the module docstring).
+MULTI_VALUED_CARDINALITY = 1_000_000
+MULTI_VALUED_MAX_LENGTH = 50
+_MV_BETA = (1.9, 3.0)  # 1 + BetaBinomial(49, a, b): mean 1 + 49 a / (a + b) = 20
+_MV_WEIGHT_SCALE = (1.0, 2.0)
+_MV_TAG = 0x6D76  # last SeedSequence word of the multi-valued draws; never 0
+_MV_SEPARATOR = "|"
 
 
 def synthetic_cardinalities(scale: float = 1.0) -> tuple[int, ...]:
@@ -76,6 +116,11 @@ def synthetic_cardinalities(scale: float = 1.0) -> tuple[int, ...]:
     factor = _LARGEST / max(CRITEO_KAGGLE_CARDINALITIES)
     base = [c if c <= 1000 else max(1000, round(c * factor)) for c in CRITEO_KAGGLE_CARDINALITIES]
     return tuple(max(1, round(c * scale)) for c in base)
+
+
+def multi_valued_columns(k: int) -> tuple[str, ...]:
+    """Names of the multi-valued columns of `SyntheticCriteo(multi_valued=k)`."""
+    return tuple(f"M{i}" for i in range(1, int(k) + 1))
 
 
 def _stream_code(stream: str | int) -> int:
@@ -93,13 +138,19 @@ class SyntheticCriteo:
 
     `batch(n, stream, start)` returns examples `start .. start+n-1` of a
     stream as numpy arrays: `(features, labels, logits)` with the same keys
-    and dtypes as `criteo_dataset` ("I1".."I13" float32, "C1".."C26" int64).
+    and dtypes as `criteo_dataset` ("I1".."I13" float32, "C1".."C26" int64),
+    plus "M1".."Mk" int64 [n, 50] padded with -1 when `multi_valued=k`.
     """
 
-    def __init__(self, seed: int = 0, scale: float = 1.0, zipf: float = 1.1):
+    def __init__(self, seed: int = 0, scale: float = 1.0, zipf: float = 1.1,
+                 multi_valued: int = 0):
         if zipf <= 0:
             raise ValueError(f"zipf must be > 0, got {zipf}")
+        if isinstance(multi_valued, bool) or int(multi_valued) != multi_valued \
+                or multi_valued < 0:
+            raise ValueError(f"multi_valued must be an int >= 0, got {multi_valued!r}")
         self.seed, self.scale, self.zipf = int(seed), float(scale), float(zipf)
+        self.multi_valued_columns = multi_valued_columns(multi_valued)
         self.cardinalities = synthetic_cardinalities(scale)
         rng = self._rng(_PARAMS, 0)
         self._rank, self._perm, self._weight = [], [], []
@@ -109,6 +160,17 @@ class SyntheticCriteo:
             self._perm.append(rng.permutation(card).astype(np.int64))
             self._weight.append(rng.normal(0.0, s, card))
         self.dense_weight = rng.normal(0.0, 0.1, len(CRITEO_INT_COLUMNS))
+        # Multi-valued parameters: one generator per column, of their own
+        # (see the docstring), so Mi does not depend on k either.
+        card = self.multi_valued_cardinality = max(1, round(MULTI_VALUED_CARDINALITY * scale))
+        self._mv_rank = ZipfRank(card, self.zipf) if self.multi_valued_columns else None
+        self._mv_perm, self._mv_weight, scales = [], [], []
+        for m in range(len(self.multi_valued_columns)):
+            mv = self._rng(_PARAMS, 0, _MV_TAG, m + 1)
+            scales.append(mv.uniform(*_MV_WEIGHT_SCALE))
+            self._mv_perm.append(mv.permutation(card).astype(np.int64))
+            self._mv_weight.append(mv.normal(0.0, scales[-1], card))
+        self.multi_valued_scale = np.array(scales)
         self.bias = 0.0
         z = np.concatenate([self._make_block(_CALIBRATION, b)[2] for b in range(8)])
         self.bias = _solve_bias(z, TARGET_CTR)
@@ -117,10 +179,12 @@ class SyntheticCriteo:
 
     @property
     def total_ids(self) -> int:
-        return sum(self.cardinalities)
+        """Distinct ids possible over all id columns (multi-valued included)."""
+        return (sum(self.cardinalities)
+                + self.multi_valued_cardinality * len(self.multi_valued_columns))
 
-    def _rng(self, code: int, block: int) -> np.random.Generator:
-        entropy = np.random.SeedSequence([self.seed, code, block])
+    def _rng(self, code: int, block: int, *tag: int) -> np.random.Generator:
+        entropy = np.random.SeedSequence([self.seed, code, block, *tag])
         return np.random.Generator(np.random.PCG64(entropy))
 
     def _make_block(self, code: int, block: int):
@@ -141,8 +205,26 @@ class SyntheticCriteo:
             ids = self._perm[c][self._rank[c](rng.random(BLOCK))]
             features[name] = ids
             logits += self._weight[c][ids]
+        if self.multi_valued_columns:
+            self._multi_valued_block(code, block, features, logits)
         labels = (rng.random(BLOCK) < 1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
         return features, labels, logits.astype(np.float32), raw, missing
+
+    def _multi_valued_block(self, code: int, block: int, features: dict,
+                            logits: np.ndarray) -> None:
+        """Adds M1..Mk of one block to `features` and their term to `logits`."""
+        width = MULTI_VALUED_MAX_LENGTH
+        rows = np.arange(BLOCK)
+        for m, name in enumerate(self.multi_valued_columns):
+            rng = self._rng(code, block, _MV_TAG, m + 1)
+            lengths = 1 + rng.binomial(width - 1, rng.beta(*_MV_BETA, BLOCK))
+            ids = self._mv_perm[m][self._mv_rank(rng.random(int(lengths.sum())))]
+            padded = np.full((BLOCK, width), -1, np.int64)
+            padded[np.arange(width) < lengths[:, None]] = ids  # row-major: each row's first L
+            features[name] = padded
+            sums = np.bincount(np.repeat(rows, lengths), weights=self._mv_weight[m][ids],
+                               minlength=BLOCK)
+            logits += sums / lengths
 
     def _range(self, code: int, start: int, n: int) -> Iterator[tuple]:
         """Pieces (block outputs sliced) covering examples start .. start+n-1."""
@@ -186,6 +268,8 @@ class SyntheticCriteo:
 
         spec = {c: tf.TensorSpec([None], tf.float32) for c in CRITEO_INT_COLUMNS}
         spec.update({c: tf.TensorSpec([None], tf.int64) for c in CRITEO_CAT_COLUMNS})
+        spec.update({c: tf.TensorSpec([None, MULTI_VALUED_MAX_LENGTH], tf.int64)
+                     for c in self.multi_valued_columns})
         signature = (spec, tf.TensorSpec([None], tf.float32))
         return tf.data.Dataset.from_generator(generate, output_signature=signature).prefetch(2)
 
@@ -201,20 +285,91 @@ class SyntheticCriteo:
         `criteo_dataset(path)` then yields the same features and labels as
         `batch` (dense values up to float rounding of log1p), from a pure
         tf.data pipeline that runs on ParameterServerStrategy workers.
+
+        With multi-valued columns the file is not Criteo's format (it has no
+        room for list cells): a header line `label, I1..I13, C1..C26,
+        M1..Mk`, dense values already transformed (float32, shortest
+        round-trip text), decimal ids, the ids of an M cell separated by
+        "|". `read_tsv(path, batch_size, k)` reads it back exactly as
+        `batch` gives it.
         """
         code = _stream_code(stream)
+        multi = self.multi_valued_columns
         with open(path, "wb") as out:
+            if multi:
+                out.write("\t".join(("label",) + CRITEO_INT_COLUMNS + CRITEO_CAT_COLUMNS
+                                    + multi).encode() + b"\n")
             for features, labels, _, raw, missing in self._range(code, int(start),
                                                                  int(num_examples)):
                 columns = [labels.astype(np.int64).astype("S1")]
-                for j in range(raw.shape[1]):
-                    columns.append(np.where(missing[:, j], b"", raw[:, j].astype("S20")))
-                for name in CRITEO_CAT_COLUMNS:
-                    columns.append(_hex8(features[name]))
+                if multi:
+                    columns += [features[name].astype("S16") for name in CRITEO_INT_COLUMNS]
+                    columns += [features[name].astype("S20") for name in CRITEO_CAT_COLUMNS]
+                    columns += [_join_ids(features[name]) for name in multi]
+                else:
+                    for j in range(raw.shape[1]):
+                        columns.append(np.where(missing[:, j], b"", raw[:, j].astype("S20")))
+                    for name in CRITEO_CAT_COLUMNS:
+                        columns.append(_hex8(features[name]))
                 rows = columns[0]
                 for col in columns[1:]:
                     rows = np.char.add(np.char.add(rows, b"\t"), col)
                 out.write(b"\n".join(rows.tolist()) + b"\n")
+
+
+def feature_spec(multi_valued: int):
+    """The tnet.data.spec.FeatureSpec of `write_tsv`'s file with k > 0
+    multi-valued columns (label, dense I*, id C*, ids M* with max_length 50)."""
+    from tnet.data import spec  # noqa: PLC0415
+    features = [{"name": "label", "kind": "label", "dtype": "int64"}]
+    features += [{"name": n, "kind": "dense"} for n in CRITEO_INT_COLUMNS]
+    features += [{"name": n, "kind": "id"} for n in CRITEO_CAT_COLUMNS]
+    features += [{"name": n, "kind": "ids", "separator": _MV_SEPARATOR,
+                  "max_length": MULTI_VALUED_MAX_LENGTH}
+                 for n in multi_valued_columns(multi_valued)]
+    return spec.from_dict({"features": features},
+                          source=f"SyntheticCriteo(multi_valued={multi_valued})")
+
+
+def read_tsv(paths, batch_size: int, multi_valued: int = 0, *, take: int = -1,
+             ragged: bool = False, **kwargs) -> tf.data.Dataset:
+    """`(features, label)` batches of `write_tsv` files, as `batch` gives
+    them: pure tf.data (runs in a ParameterServerStrategy `dataset_fn`).
+
+    multi_valued=0: `criteo_dataset(paths, batch_size, take=take, **kwargs)`.
+    k > 0: `spec_dataset(feature_spec(k), paths, "tsv", ...)` with M1..Mk
+    padded from ragged to int64 [B, 50] with -1 (`ragged=True`: left as
+    the reader's `tf.RaggedTensor` [B, None]); `take` (rows from the
+    start, -1: all) is applied after reading; kwargs go to spec_dataset.
+    """
+    if not multi_valued:
+        from tnet.data.criteo import criteo_dataset  # noqa: PLC0415
+        return criteo_dataset(paths, batch_size, take=take, **kwargs)
+    from tnet.data.readers import spec_dataset  # noqa: PLC0415
+    names = multi_valued_columns(multi_valued)
+    ds = spec_dataset(feature_spec(multi_valued), paths, "tsv", batch_size, **kwargs)
+
+    def pad(features, label):
+        out = dict(features)
+        for name in names:
+            out[name] = features[name].to_tensor(
+                -1, shape=[None, MULTI_VALUED_MAX_LENGTH])
+        return out, label
+
+    if not ragged:
+        ds = ds.map(pad, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if take >= 0:
+        ds = ds.unbatch().take(take).batch(batch_size)
+    return ds
+
+
+def _join_ids(padded: np.ndarray) -> np.ndarray:
+    """int64 [n, L] padded with -1 (ids first) -> one "|"-joined cell per row."""
+    lengths = (padded >= 0).sum(axis=1)
+    flat = padded[padded >= 0].astype("S20").tolist()  # row-major: row by row
+    ends = np.cumsum(lengths).tolist()
+    cells = [b"|".join(flat[a:b]) for a, b in zip([0] + ends[:-1], ends)]
+    return np.array(cells, dtype=bytes)
 
 
 class ZipfRank:
