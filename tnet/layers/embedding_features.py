@@ -188,8 +188,9 @@ def _embed(layer, features, training, sequence: bool):
                 ids = _dense_ids(col.categorical_column, ids)
                 blocks.setdefault(ids.dtype == tf.string, []).append(
                     (index, col, ids))
+                cat = col.categorical_column  # keys depend on name and dtype
                 sources.setdefault(ids.dtype == tf.string, []).extend(
-                    (given, col.categorical_column.name))
+                    (given, cat.name, cat.dtype.name))
                 continue
             general.append((index, col, ids))
         keys, valids, parts = [], [], []
