@@ -13,11 +13,13 @@ Configuration WD-400: Wide&Deep, deep dim 8, wide dim 1, DNN 400-400-400,
 batch 4096 (each step is one worker's batch), Adagrad lr 0.05.
 - tnet: tn.models.WideDeep + tn.optimizer.Adagrad under
   tn.distribute.ParameterServerStrategy() (one shard of each table per ps);
-- stock: tf_keras Wide&Deep with 2**20 hash bins per column and per table
-  (Hashing + Embedding), tf_keras Adagrad (sparse row updates: stock's best,
+- stock: tf_keras Wide&Deep with 2**20 rows per column and per table
+  (int64 ids reduced with floormod + Embedding, the strongest stock baseline;
+  the WD-400 result row still says "hashed", kept so that rows stay
+  comparable across runs), tf_keras Adagrad (sparse row updates: stock's best,
   the baseline of docs/BENCHMARK_PROTOCOL.md), built under
   tf.distribute.ParameterServerStrategy with MinSizePartitioner(1 MiB,
-  max_shards = #ps) so every hashed embedding is partitioned over the ps
+  max_shards = #ps) so every embedding is partitioned over the ps
   tasks (the dense layers, < 1 MiB each, are not). Compiled without metrics
   (tnet's model also updates an AUC metric every step).
 Both read the same synthetic Criteo-like TSV files (tnet.data.SyntheticCriteo,
