@@ -291,6 +291,15 @@ tf::Status ReadLayout(tf::OpKernelContext* ctx, int idx_input, int64_t rows,
   return tf::OkStatus();
 }
 
+// How many parts (threads) a scatter over `work` entries is split into,
+// each owning a range of output rows; at most `limit`.
+int64_t Parts(tf::OpKernelContext* ctx, int64_t work, int64_t limit) {
+  const int64_t threads =
+      ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
+  return std::min<int64_t>(
+      limit, std::max<int64_t>(1, std::min<int64_t>(threads, work / 32768)));
+}
+
 // The factor a column's sum is multiplied by, given its valid ids.
 inline float Scale(int32_t combiner, int64_t count) {
   if (count == 0 || combiner == kSum) return 1.0f;
@@ -386,12 +395,7 @@ class TnetEmbedCombineGradOp : public tf::OpKernel {
     const float* grad = grad_t.flat<float>().data();
     // Each part owns a range of output rows and scans every id, so no two
     // threads add into one row (deterministic sums, no atomics).
-    const int64_t threads =
-        ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
-    const int64_t parts = std::min<int64_t>(
-        num_rows, std::max<int64_t>(1, std::min<int64_t>(
-                                           threads, lay.batch * lay.width /
-                                                        32768)));
+    const int64_t parts = Parts(ctx, lay.batch * lay.width, num_rows);
     auto work = [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t lo = num_rows * p / parts;
@@ -505,13 +509,6 @@ std::vector<float> SegmentScales(const Segments& sg) {
     scale[s] = Scale(sg.combiners[s % sg.columns], counts[s]);
   }
   return scale;
-}
-
-int64_t Parts(tf::OpKernelContext* ctx, int64_t work, int64_t limit) {
-  const int64_t threads =
-      ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
-  return std::min<int64_t>(
-      limit, std::max<int64_t>(1, std::min<int64_t>(threads, work / 32768)));
 }
 
 }  // namespace
