@@ -110,30 +110,37 @@ def _initializer_attrs(initializer: Any, dim: int, seed: int) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _export_function(dim: int):
-    """SparseTableExport as a tf.function of (handle, cursor, max_rows)."""
-    @tf.function(input_signature=[tf.TensorSpec([], tf.resource),
-                                  tf.TensorSpec([], tf.int64),
-                                  tf.TensorSpec([], tf.int64)],
+def _traced_op(op, attrs: tuple, specs: tuple):
+    """`op(handle, *args, **attrs)` as a tf.function of (handle, *args)."""
+    kwargs = dict(attrs)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.resource), *specs],
                  autograph=False)
-    def export(handle, cursor, max_rows):
-        return _ops.sparse_table_export(handle, cursor, max_rows, dim=dim)
-    return export
+    def call(handle, *args):
+        out = op(handle, *args, **kwargs)
+        # An op without outputs (import) runs as part of the call.
+        return None if isinstance(out, tf.Operation) else out
+    return call
 
 
-@functools.lru_cache(maxsize=None)
-def _export_since_function(dim: int):
-    """SparseTableExportSince as a tf.function of (handle, cursor, max_rows,
-    since_step)."""
-    @tf.function(input_signature=[tf.TensorSpec([], tf.resource),
-                                  tf.TensorSpec([], tf.int64),
-                                  tf.TensorSpec([], tf.int64),
-                                  tf.TensorSpec([], tf.int64)],
-                 autograph=False)
-    def export(handle, cursor, max_rows, since_step):
-        return _ops.sparse_table_export_since(handle, cursor, max_rows,
-                                              since_step, dim=dim)
-    return export
+def _shard_op(op, handle, *args, **attrs):
+    """Runs a table op on one shard; eagerly, through a traced function.
+
+    Why: under ParameterServerStrategy a bare eager op on a ps-placed shard
+    whose inputs come from the chief (a cursor, a flag, a step) leaves
+    about 1-10 KB on that ps per call that is never given back (measured:
+    `mark_changes` 2-4 KB, a chunked export ~10 KB; an op whose only input
+    is the handle, like `size`, leaves nothing). Called as a function (one
+    trace per op, attrs and input ranks; the op is placed with its
+    resource) it leaves nothing, so periodic work (checkpoints, eviction,
+    stats) keeps every ps flat (BENCHMARKS.md, Reliability: checkpoint
+    memory). Inside a tf.function the op is just added to the graph.
+    """
+    if tf.inside_function():
+        return op(handle, *args, **attrs)
+    args = [tf.convert_to_tensor(a) for a in args]
+    specs = tuple(tf.TensorSpec([None] * a.shape.rank, a.dtype) for a in args)
+    return _traced_op(op, tuple(sorted(attrs.items())), specs)(handle, *args)
 
 
 class _TableShard(tf.saved_model.experimental.TrackableResource):
@@ -355,9 +362,8 @@ class SparseTable(tf.Module):
         """Per shard: {field: int} for STATS_FIELDS (eager). Each op runs on
         its shard's device (the ps under ParameterServerStrategy)."""
         out = []
-        for i, s in enumerate(self.shards):
-            with tf.device(self.devices[i]):
-                v = _ops.sparse_table_stats(s.resource_handle).numpy()
+        for s in self.shards:
+            v = _shard_op(_ops.sparse_table_stats, s.resource_handle).numpy()
             out.append({f: int(x) for f, x in zip(STATS_FIELDS, v)})
         return out
 
@@ -391,21 +397,10 @@ class SparseTable(tf.Module):
         cursor = tf.cast(cursor, tf.int64)
         max_rows = tf.cast(max_rows, tf.int64)
         if since_step is None:
-            if tf.inside_function():
-                return _ops.sparse_table_export(handle, cursor, max_rows,
-                                                dim=self.dim)
-            # Eagerly, through one traced function per dim: called from a
-            # chief on a ps-placed shard, the bare eager op left ~10 KB on
-            # the ps per call (a checkpoint streams many chunks); the
-            # function call does not (BENCHMARKS.md, Reliability:
-            # checkpoint memory).
-            return _export_function(self.dim)(handle, cursor, max_rows)
-        since_step = tf.cast(since_step, tf.int64)
-        if tf.inside_function():
-            return _ops.sparse_table_export_since(handle, cursor, max_rows,
-                                                  since_step, dim=self.dim)
-        return _export_since_function(self.dim)(handle, cursor, max_rows,
-                                                since_step)
+            return _shard_op(_ops.sparse_table_export, handle, cursor,
+                             max_rows, dim=self.dim)
+        return _shard_op(_ops.sparse_table_export_since, handle, cursor,
+                         max_rows, tf.cast(since_step, tf.int64), dim=self.dim)
 
     def mark_changes(self, enable: bool = True) -> list[tuple[int, int]]:
         """Starts (or with enable=False stops) change tracking on every
@@ -416,10 +411,9 @@ class SparseTable(tf.Module):
         Incremental checkpoints call this after each save and restore;
         see tnet/saving/checkpoint.py."""
         out = []
-        for i, s in enumerate(self.shards):
-            with tf.device(self.devices[i]):
-                v = _ops.sparse_table_mark_changes(
-                    s.resource_handle, tf.constant(bool(enable))).numpy()
+        for s in self.shards:
+            v = _shard_op(_ops.sparse_table_mark_changes, s.resource_handle,
+                          tf.constant(bool(enable))).numpy()
             out.append((int(v[0]), int(v[1])))
         return out
 
@@ -432,9 +426,9 @@ class SparseTable(tf.Module):
         array of keys freed since (may repeat a key). A delta since the
         mark is exact iff untracked == dropped == 0."""
         out = []
-        for i, s in enumerate(self.shards):
-            with tf.device(self.devices[i]):
-                info, deleted = _ops.sparse_table_changes(s.resource_handle)
+        for s in self.shards:
+            info, deleted = _shard_op(_ops.sparse_table_changes,
+                                      s.resource_handle)
             v = info.numpy()
             out.append({"generation": int(v[0]), "mark": int(v[1]),
                         "untracked": int(v[2]), "dropped": int(v[3]),
@@ -464,19 +458,19 @@ class SparseTable(tf.Module):
         slots = tf.convert_to_tensor(slots, tf.float32)
         meta = tf.convert_to_tensor(meta, tf.float64)
         if self.num_shards == 1:
-            return _ops.sparse_table_import(self.shards[0].resource_handle,
-                                            keys, weights, slots, meta,
-                                            dim=self.dim)
+            return _shard_op(_ops.sparse_table_import,
+                             self.shards[0].resource_handle, keys, weights,
+                             slots, meta, dim=self.dim)
         shard = self._route(keys)
         n = self.num_shards
         parts = [tf.dynamic_partition(t, shard, n)
                  for t in (keys, weights, slots, meta)]
         ops = []
         for i in range(n):
-            with tf.device(self.devices[i]):
-                ops.append(_ops.sparse_table_import(
-                    self.shards[i].resource_handle, parts[0][i], parts[1][i],
-                    parts[2][i], parts[3][i], dim=self.dim))
+            ops.append(_shard_op(
+                _ops.sparse_table_import, self.shards[i].resource_handle,
+                parts[0][i], parts[1][i], parts[2][i], parts[3][i],
+                dim=self.dim))
         return tf.group(ops)
 
     def import_shard(self, shard: int, keys, weights, slots, meta):
@@ -494,12 +488,11 @@ class SparseTable(tf.Module):
                     None, None, f"SparseTable {self.table_name!r}: "
                     f"import_shard({shard}) got keys of other shards "
                     "(key mod num_shards != shard); use import_rows")
-        with tf.device(self.devices[shard]):
-            return _ops.sparse_table_import(
-                self.shards[shard].resource_handle, keys,
-                tf.convert_to_tensor(weights, tf.float32),
-                tf.convert_to_tensor(slots, tf.float32),
-                tf.convert_to_tensor(meta, tf.float64), dim=self.dim)
+        return _shard_op(_ops.sparse_table_import,
+                         self.shards[shard].resource_handle, keys,
+                         tf.convert_to_tensor(weights, tf.float32),
+                         tf.convert_to_tensor(slots, tf.float32),
+                         tf.convert_to_tensor(meta, tf.float64), dim=self.dim)
 
     def evict(self, show_decay_rate: float = 1.0, show_threshold: float = 0.0,
               ttl_steps: int = 0, current_step: int = 0,
@@ -514,13 +507,13 @@ class SparseTable(tf.Module):
         number of rows evicted.
         """
         counts = []
-        for i, s in enumerate(self.shards):
-            with tf.device(self.devices[i]):
-                counts.append(_ops.sparse_table_evict(
-                    s.resource_handle, tf.cast(show_decay_rate, tf.float32),
-                    tf.cast(show_threshold, tf.float32),
-                    tf.cast(ttl_steps, tf.int64),
-                    tf.cast(current_step, tf.int64), compact=compact))
+        for s in self.shards:
+            counts.append(_shard_op(
+                _ops.sparse_table_evict, s.resource_handle,
+                tf.cast(show_decay_rate, tf.float32),
+                tf.cast(show_threshold, tf.float32),
+                tf.cast(ttl_steps, tf.int64),
+                tf.cast(current_step, tf.int64), compact=compact))
         return tf.add_n(counts)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -27,6 +26,7 @@ import tensorflow as tf
 import tf_keras
 
 from tnet.models import WideDeep
+from tnet.models.stock import stock_wide_deep
 
 CATS = [f"c{i}" for i in range(4)]
 DENSE = ["d0"]
@@ -58,8 +58,9 @@ class Report(tf_keras.callbacks.Callback):
         self.start = time.monotonic()
 
     def on_epoch_end(self, epoch, logs=None):
-        tables = {name: {"rows": int(t.size()), "bytes": int(t.memory_bytes())}
-                  for name, t in self.model.tables().items()}
+        tables = ({name: {"rows": int(t.size()), "bytes": int(t.memory_bytes())}
+                   for name, t in self.model.tables().items()}
+                  if hasattr(self.model, "tables") else {})
         elapsed = time.monotonic() - self.start
         print("SOAK " + json.dumps({
             "t": round(elapsed, 2), "epoch": epoch + 1,
@@ -80,13 +81,25 @@ def main() -> None:
     p.add_argument("--checkpoint_every", type=int, default=10,
                    help="save a checkpoint every N epochs (0: never)")
     p.add_argument("--checkpoint_dir", default="")
+    p.add_argument("--model", choices=("tnet", "stock"), default="tnet",
+                   help="stock: the same Wide&Deep in plain tf_keras with one "
+                        "Embedding of `keys` rows per column (no tnet op)")
     args = p.parse_args()
+    if args.model == "stock" and args.checkpoint_every:
+        p.error("--model stock runs without checkpoints (--checkpoint_every 0)")
     tf_keras.utils.set_random_seed(0)
     strategy = tn.distribute.ParameterServerStrategy()
     pss = tn.distribute.is_parameter_server_strategy(strategy)
     with strategy.scope():
-        model = WideDeep(CATS, DENSE, embedding_dim=16, hidden_units=[64, 32])
-        model.compile(tn.optimizer.Adagrad(0.05))
+        if args.model == "stock":
+            model = stock_wide_deep(CATS, DENSE, embedding_dim=16,
+                                    num_bins=args.keys, hidden_units=[64, 32])
+            model.compile(tf_keras.optimizers.Adagrad(0.05),
+                          tf_keras.losses.BinaryCrossentropy(from_logits=True))
+        else:
+            model = WideDeep(CATS, DENSE, embedding_dim=16,
+                             hidden_units=[64, 32])
+            model.compile(tn.optimizer.Adagrad(0.05))
     callbacks: list = [Report(args.minutes * 60)]
     directory = None
     if args.checkpoint_every:

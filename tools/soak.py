@@ -52,7 +52,8 @@ class ClusterRun:
         chief = [sys.executable, os.path.join(REPO_ROOT, "tools", "_soak_chief.py"),
                  "--minutes", str(args.minutes), "--keys", str(args.keys),
                  "--batch", str(args.batch), "--steps_per_epoch", str(args.steps_per_epoch),
-                 "--checkpoint_every", str(args.checkpoint_every)]
+                 "--checkpoint_every", str(args.checkpoint_every),
+                 "--model", args.model]
         self.tables: List[Dict[str, Any]] = []
         self.tail: List[str] = []
         self.start = time.monotonic()
@@ -83,7 +84,9 @@ def _median_in(samples: List[Dict[str, Any]], name: str, lo: float, hi: float) -
     return statistics.median(values) if values else None
 
 
-def _slope_mb_per_min(samples, name, after: float) -> Optional[float]:
+def _fit(samples, name, after: float) -> Optional[Dict[str, float]]:
+    """Least-squares line through RSS after `after` seconds: slope (MB/min),
+    the rise it predicts over those samples (MB) and the residual SD (MB)."""
     pts = [(s["t"], s["rss"][name]) for s in samples
            if s["t"] >= after and s["rss"].get(name) is not None]
     if len(pts) < 3:
@@ -91,7 +94,19 @@ def _slope_mb_per_min(samples, name, after: float) -> Optional[float]:
     mt = statistics.fmean(t for t, _ in pts)
     mv = statistics.fmean(v for _, v in pts)
     den = sum((t - mt) ** 2 for t, _ in pts)
-    return sum((t - mt) * (v - mv) for t, v in pts) / den * 60 / MB if den else None
+    if not den:
+        return None
+    slope = sum((t - mt) * (v - mv) for t, v in pts) / den
+    resid = [v - (mv + slope * (t - mt)) for t, v in pts]
+    sd = (sum(r * r for r in resid) / (len(pts) - 2)) ** 0.5 if len(pts) > 2 else 0.0
+    return {"slope_mb_per_min": slope * 60 / MB,
+            "rise_mb": slope * (pts[-1][0] - pts[0][0]) / MB,
+            "residual_sd_mb": sd / MB}
+
+
+def _slope_mb_per_min(samples, name, after: float) -> Optional[float]:
+    fit = _fit(samples, name, after)
+    return fit["slope_mb_per_min"] if fit else None
 
 
 def _table_bytes_at(tables: List[Dict[str, Any]], t: float) -> int:
@@ -104,8 +119,10 @@ def _table_bytes_at(tables: List[Dict[str, Any]], t: float) -> int:
 
 
 def analyse(samples, tables, warmup_s: float, end_s: float, slack_mb: float,
-            window_s: float) -> Dict[str, Any]:
-    """RSS growth per process after the warm-up versus table growth."""
+            window_s: float, fit_s: float = 20 * 60) -> Dict[str, Any]:
+    """RSS growth per process after the warm-up versus table growth, and
+    the strict check: a line fitted to the last `fit_s` seconds (never
+    before the warm-up) rises by no more than 2 residual SDs ("flat")."""
     table_growth = max(0, _table_bytes_at(tables, end_s) - _table_bytes_at(tables, warmup_s))
     names = sorted({n for s in samples for n in s["rss"]})
     out: Dict[str, Any] = {"table_bytes_growth": table_growth, "processes": {}}
@@ -128,6 +145,14 @@ def analyse(samples, tables, warmup_s: float, end_s: float, slack_mb: float,
             "slope_mb_per_min": _round(_slope_mb_per_min(samples, name, warmup_s)),
             "peak_mb": round(max(s["rss"].get(name) or 0 for s in samples) / MB, 1),
             "ok": passed}
+        fit = _fit(samples, name, max(warmup_s, end_s - fit_s))
+        if fit is not None:
+            out["processes"][name].update(
+                fit_slope_mb_per_min=round(fit["slope_mb_per_min"], 4),
+                fit_rise_mb=round(fit["rise_mb"], 2),
+                fit_residual_sd_mb=round(fit["residual_sd_mb"], 2),
+                flat=fit["rise_mb"] <= 2 * fit["residual_sd_mb"])
+    out["fit_window_s"] = round(min(fit_s, end_s - warmup_s), 1)
     out["ok"] = ok and bool(out["processes"])
     return out
 
@@ -154,6 +179,15 @@ def markdown(result: Dict[str, Any]) -> str:
         lines.append(f"| {name} | {p['rss_after_warmup_mb']} | {p['rss_end_mb']} | "
                      f"{p['growth_mb']} | {p['allowed_mb']} | {p['slope_mb_per_min']} | "
                      f"{p['peak_mb']} | {'yes' if p['ok'] else 'NO'} |")
+    if a.get("fit_window_s"):
+        lines += ["", f"Strict check: least-squares line over the last "
+                  f"{a['fit_window_s'] / 60:.1f} min; flat = its rise <= 2 residual SDs.", "",
+                  "| process | slope MB/min | rise MB | residual SD MB | flat |",
+                  "|---|---|---|---|---|"]
+        for name, p in a["processes"].items():
+            if "flat" in p:
+                lines.append(f"| {name} | {p['fit_slope_mb_per_min']} | {p['fit_rise_mb']} | "
+                             f"{p['fit_residual_sd_mb']} | {'yes' if p['flat'] else 'no'} |")
     names = sorted(a["processes"])
     lines += ["", "Per minute (RSS MB; table rows and MB from the chief):", "",
               "| min | step | table rows | table MB | " + " | ".join(names) + " |",
@@ -181,6 +215,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--steps_per_epoch", type=int, default=50)
     p.add_argument("--checkpoint_every", type=int, default=10)
+    p.add_argument("--model", choices=("tnet", "stock"), default="tnet",
+                   help="stock: the same Wide&Deep in plain tf_keras (no tnet "
+                        "op; needs --checkpoint_every 0), a control for how "
+                        "much TensorFlow's own PS runtime grows")
     p.add_argument("--sample_seconds", type=float, default=5.0)
     p.add_argument("--warmup_fraction", type=float, default=0.3)
     p.add_argument("--slack_mb", type=float, default=48.0)
