@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test build bench-ops bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra
+.PHONY: demo test test-long test-all build bench-ops bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,14 @@ demo: build
 
 test: build
 	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+# The long tests `make test` leaves out (marked @pytest.mark.long: full-size
+# quality comparisons, slow fault scenarios); test-all runs everything.
+test-long: build
+	TNET_LONG_TESTS=1 $(PY) -m pytest $(PYTEST_ARGS) tests
+
+test-all: build
+	TNET_LONG_TESTS=all $(PY) -m pytest $(PYTEST_ARGS) tests
 
 # Benchmarks are not tests: run them on a quiet machine.
 bench-ops: build

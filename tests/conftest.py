@@ -40,3 +40,28 @@ def fuzz_seed() -> int:
 def pytest_report_header(config):
     return (f"op fuzzer seed: FUZZ_SEED={fuzz_seed()} (set it to replay this "
             "run's cases)")
+
+
+# Long tests (full-size quality comparisons, long fault scenarios, scale):
+# `make test` leaves them out to stay within its time budget;
+# `make test-long` (TNET_LONG_TESTS=1) runs only them, `make test-all` both.
+LONG_ENV = "TNET_LONG_TESTS"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "long: a long test, run by `make test-long`, not `make test`")
+
+
+def pytest_collection_modifyitems(config, items):
+    mode = os.environ.get(LONG_ENV, "0")
+    if mode == "all":
+        return
+    only_long = mode == "1"
+    for item in items:
+        is_long = item.get_closest_marker("long") is not None
+        if is_long and not only_long:
+            item.add_marker(pytest.mark.skip(
+                reason=f"long test: `make test-long` runs it ({LONG_ENV}=1)"))
+        elif only_long and not is_long:
+            item.add_marker(pytest.mark.skip(reason="not a long test"))

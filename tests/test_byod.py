@@ -4,6 +4,7 @@ damaged records, and the CTR metrics against numpy references."""
 from __future__ import annotations
 
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -227,3 +228,65 @@ def test_model_reports_calibration_and_gauc(tmp_path):
     assert result["calibration"] == pytest.approx(p.sum() / y.sum(), rel=1e-5)
     assert result["gauc"] == pytest.approx(metrics.group_auc(y, p, users)[0], abs=1e-6)
     assert result["auc"] == pytest.approx(metrics.auc(y, p), abs=1e-6)
+
+
+def _record_spans(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) byte span of each record of an uncompressed TFRecord
+    file: 8-byte length, 4-byte crc, data, 4-byte crc."""
+    spans, pos = [], 0
+    while pos + 12 <= len(data):
+        n = int.from_bytes(data[pos:pos + 8], "little")
+        spans.append((pos, pos + 16 + n))
+        pos += 16 + n
+    return spans
+
+
+def test_unreadable_tfrecord_names_file_and_record(tmp_path):
+    """TF's DataLossError for a damaged TFRecord names neither the file nor
+    the record; count_records (run by tnet.train first) and
+    find_bad_records do."""
+    spec = spec_lib.load(bd.write_spec(tmp_path / "spec.json"))
+    good = bd.write_tfrecord(tmp_path / "good.tfrecord", bd.rows(120, seed=3))
+    data = good.read_bytes()
+    spans = _record_spans(data)
+    assert len(spans) == 120
+    flip = 500
+    hit = next(i for i, (a, b) in enumerate(spans) if a <= flip < b)
+    corrupt = bytearray(data)
+    corrupt[flip] ^= 0xFF
+    (tmp_path / "flipped.tfrecord").write_bytes(bytes(corrupt))
+    (tmp_path / "cut.tfrecord").write_bytes(data[:-7])
+    assert tn.data.count_records([str(good)], "tfrecord") == 120
+    for name, record in (("flipped", hit + 1), ("cut", 120)):
+        path = tmp_path / f"{name}.tfrecord"
+        with pytest.raises(tf.errors.DataLossError,
+                           match=rf"{name}\.tfrecord:{record}: unreadable TFRecord"):
+            tn.data.count_records([str(good), str(path)], "tfrecord")
+        found = tn.data.find_bad_records(spec, [str(good), str(path)],
+                                                 "tfrecord")
+        assert len(found) == 1 and f"{name}.tfrecord:{record}:" in found[0]
+
+
+def test_unparseable_record_is_named_by_tnet_train(tmp_path):
+    """In fail mode TF's parse error for a record that is not a tf.Example
+    carries no file or record; tnet.train finds it and exits 4 naming it."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    spec_path = bd.write_spec(tmp_path / "spec.json")
+    spec = spec_lib.load(spec_path)
+    rs = bd.rows(200, seed=4)
+    bad = bd.write_tfrecord(tmp_path / "train.tfrecord", rs,
+                            damaged={150: b"not a proto"})
+    good = bd.write_tfrecord(tmp_path / "eval.tfrecord", rs[:64])
+    found = tn.data.find_bad_records(spec, [str(good), str(bad)], "tfrecord")
+    assert len(found) == 1 and "train.tfrecord:151:" in found[0], found
+    root = pathlib.Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tnet.train", f"--feature_spec={spec_path}",
+         "--format=tfrecord", f"--train_files={bad}", f"--eval_files={good}",
+         f"--model_dir={tmp_path / 'run'}", "--hidden_units=8",
+         "--batch_size=32", "--shuffle_buffer=0"],
+        cwd=root, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    assert "train.tfrecord:151:" in proc.stderr, proc.stderr[-3000:]
+    assert "--bad_rows=skip" in proc.stderr

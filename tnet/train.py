@@ -250,17 +250,21 @@ def run() -> dict:
         callbacks.append(tf_keras.callbacks.TensorBoard(
             os.path.join(FLAGS.model_dir, "logs"), update_freq=100))
     verbose = 2 if (os.environ.get("CI") or distributed) else 1
-    if distributed:
-        data = tf_keras.utils.experimental.DatasetCreator(
-            lambda ctx: spec.train(ctx, repeat=True))
-        model.fit(data, epochs=FLAGS.epochs, steps_per_epoch=steps,
-                  callbacks=callbacks, verbose=verbose)
-    else:
-        model.fit(spec.train(), epochs=FLAGS.epochs, callbacks=callbacks,
-                  verbose=verbose)
-    evaluation = (model.evaluate_exact(spec.eval(), spec.candidates)
-                  if retrieval else model.evaluate_exact(
-                      spec.eval(), group_key=getattr(spec, "group_key", None)))
+    try:
+        if distributed:
+            data = tf_keras.utils.experimental.DatasetCreator(
+                lambda ctx: spec.train(ctx, repeat=True))
+            model.fit(data, epochs=FLAGS.epochs, steps_per_epoch=steps,
+                      callbacks=callbacks, verbose=verbose)
+        else:
+            model.fit(spec.train(), epochs=FLAGS.epochs, callbacks=callbacks,
+                      verbose=verbose)
+        evaluation = (model.evaluate_exact(spec.eval(), spec.candidates)
+                      if retrieval else model.evaluate_exact(
+                          spec.eval(),
+                          group_key=getattr(spec, "group_key", None)))
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
+        raise _bad_input(spec, e) or e
     examples = meter.steps * FLAGS.batch_size
     summary = {
         "model": FLAGS.model,
@@ -291,6 +295,23 @@ def run() -> dict:
     print(json.dumps({"eval": summary["eval"], "train": summary["train"],
                       **spec.info}, indent=2))
     return summary
+
+
+class BadInputError(Exception):
+    """A read failure of the user's files, with the file and record named."""
+
+
+def _bad_input(spec, error: BaseException):
+    """A BadInputError naming the bad records behind `error`, or None."""
+    explain = getattr(spec, "explain_read_error", None)
+    where = explain(error) if explain is not None else None
+    if not where:
+        return None
+    return BadInputError(
+        "bad input in the data files: " + "; ".join(where) + ". Fix or "
+        "remove those records, or pass --bad_rows=skip to skip bad rows "
+        f"(TensorFlow's error: {type(error).__name__}: "
+        f"{str(error).strip().splitlines()[0][:200]})")
 
 
 def export_and_check(model, spec, version: int | None = None,
@@ -421,6 +442,9 @@ def main(argv):
     except tn.distribute.ClusterConfigError as e:
         print(f"tnet.train: bad TF_CONFIG: {e}", file=sys.stderr, flush=True)
         return 2
+    except BadInputError as e:
+        print(f"tnet.train: {e}", file=sys.stderr, flush=True)
+        return 4
     except Exception as e:  # noqa: BLE001
         lost = tn.distribute.explain_failure(e)
         if lost is None:

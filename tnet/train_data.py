@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+import tensorflow as tf
+
 from absl import app, flags
 
 FLAGS = flags.FLAGS
@@ -192,6 +194,21 @@ class SpecJobData:
         self.train_rows = readers.count_records(files, self.format)
         self.info = {"feature_spec": self.spec.source, "format": FLAGS.format,
                      "train_examples_in_files": self.train_rows}
+
+    def explain_read_error(self, error: BaseException):
+        """Where the bad input behind `error` is ("file:record: reason"
+        lines), if it is a read failure whose TF message does not say."""
+        text = str(error)
+        if not (isinstance(error, tf.errors.DataLossError) or (
+                isinstance(error, tf.errors.InvalidArgumentError)
+                and "Could not parse example" in text)):
+            return None
+        found = []
+        for files in (self.files, self.eval_files):
+            if files and not found:
+                found = self.readers.find_bad_records(self.spec, files,
+                                                      self.format)
+        return found or None
 
     def train(self, input_context=None, repeat=False):
         batch = FLAGS.batch_size

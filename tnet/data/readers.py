@@ -633,8 +633,11 @@ def count_records(paths, format: str, compression: Optional[str] = None) -> int:
         for n in names:
             ds = tf.data.TFRecordDataset(n, _compression(n, compression),
                                          buffer_size=1 << 20).batch(4096)
-            total += int(ds.reduce(tf.constant(0, tf.int64),
-                                   lambda acc, r: acc + tf.size(r, tf.int64)))
+            try:
+                total += int(ds.reduce(tf.constant(0, tf.int64),
+                                       lambda acc, r: acc + tf.size(r, tf.int64)))
+            except tf.errors.DataLossError as e:
+                raise _unreadable(n, compression, e) from None
         return total
     total = 0
     for n in names:
@@ -642,6 +645,51 @@ def count_records(paths, format: str, compression: Optional[str] = None) -> int:
             data = fh.read()
         total += data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1) - 1
     return total
+
+
+def _unreadable(name: str, compression: Optional[str],
+                error: tf.errors.DataLossError) -> tf.errors.DataLossError:
+    """The DataLossError of a damaged TFRecord file (TF's message names
+    neither the file nor the record), naming both."""
+    good = 0
+    try:
+        for _ in tf.data.TFRecordDataset(name, _compression(name, compression)):
+            good += 1
+    except tf.errors.DataLossError:
+        pass
+    text = str(error).strip().splitlines()[-1] if str(error).strip() else ""
+    text = text.split("}}")[-1].split(" [Op:")[0].strip()
+    return tf.errors.DataLossError(
+        None, None,
+        f"{name}:{good + 1}: unreadable TFRecord record ({text}); the file is "
+        f"corrupted or truncated after {good:,} good records. Rewrite or "
+        "remove the file (--bad_rows=skip skips bad records, not unreadable "
+        "files).")
+
+
+def find_bad_records(spec: FeatureSpec, paths, format: str,
+                     compression: Optional[str] = None,
+                     max_examples: int = 5) -> List[str]:
+    """Reads `paths` once and returns where their bad rows are, as
+    "file:record: reason" (at most `max_examples`, in file order): a
+    damaged TFRecord file first, then rows the spec rejects.
+
+    Why: TensorFlow's own errors for an unparseable tf.Example or a damaged
+    TFRecord name neither the file nor the record; `tnet.train` calls this
+    after such a failure to say where the bad input is.
+    """
+    names = _rows._expand_paths(paths)
+    if format == "tfrecord":
+        for n in names:
+            try:
+                count_records([n], format, compression)
+            except tf.errors.DataLossError as e:
+                return [e.message]
+    stats = ReadStats(max_examples=max_examples)
+    for _ in spec_dataset(spec, names, format, 4096, bad_rows="skip",
+                          stats=stats, compression=compression):
+        pass
+    return list(stats.examples)[:max_examples]
 
 
 def parquet_to_tfrecord(spec: FeatureSpec, paths, out_dir: str,
