@@ -295,3 +295,44 @@ def test_sample_weight_and_regularization_losses():
     np.testing.assert_array_equal(emb.tables["a"].pull(np.arange(12)).numpy(), rows)
     np.testing.assert_allclose(dense.kernel.numpy(),
                                kernel - LR * 2 * l2 * kernel, rtol=1e-6)
+
+
+class _Bias(tf_keras.layers.Layer):
+    """x + b: a trainable variable that leaves d(out)/dx = 1."""
+
+    def build(self, input_shape):
+        self.b = self.add_weight(name="b", shape=(1,), initializer="zeros")
+
+    def call(self, x):
+        return x + self.b
+
+
+def test_layer_own_schedule_follows_the_model_steps():
+    """A layer given its own sparse rule with a schedule updates its table
+    with that schedule at the model's step (it used to fall back to the
+    model optimizer's rate). Loss = sum of the embedding, so each pushed
+    gradient is exactly 1 and SGD moves the row by -lr(step)."""
+    schedule = tf_keras.optimizers.schedules.PiecewiseConstantDecay(
+        [0], [0.5, 0.05])  # step 0: 0.5, later: 0.05
+    col = fc.embedding_column(fc.category_column("a"), DIM,
+                              initializer="zeros")
+    inputs = {"a": tf_keras.Input((), dtype=tf.int64, name="a")}
+    emb = tn.layers.EmbeddingFeatures([col],
+                                      optimizer=tn.optimizer.sparse.SGD(schedule))
+    summed = tf_keras.layers.Lambda(
+        lambda e: tf.reduce_sum(e, axis=1, keepdims=True))(emb(inputs))
+    # A dense bias so the model optimizer has a variable (its iterations,
+    # the step, advance only when it applies gradients).
+    out = _Bias()(summed)
+    model = tn.Model(inputs, out)
+    model.compile(tn.optimizer.SGD(LR), loss=lambda y, p: tf.reduce_sum(p))
+    feats = {"a": np.array([7])}
+    table = next(iter(emb.tables.values()))
+    keys, _, _, _ = fc.ids_to_keys(col.categorical_column, np.array([7]))
+    seen = []
+    for _ in range(3):
+        model.fit(feats, np.zeros(1, np.float32), batch_size=1, verbose=0)
+        seen.append(table.pull(keys).numpy()[0])
+    np.testing.assert_allclose(seen[0], np.full(DIM, -0.5), rtol=1e-6)
+    np.testing.assert_allclose(seen[1], np.full(DIM, -0.55), rtol=1e-6)
+    np.testing.assert_allclose(seen[2], np.full(DIM, -0.60), rtol=1e-6)

@@ -104,14 +104,16 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
         self._rule = rule
 
     def _learning_rate_fn(self):
-        """A callable giving the layer's own learning rate, if it has one."""
+        """The layer's own learning rate as a callable of the step (the
+        model optimizer's iterations), if it has its own optimizer: a Keras
+        optimizer's current rate, or a sparse rule's rate or schedule."""
         opt = self._own_optimizer
         if opt is None:
             return None
         if isinstance(opt, tf_keras.optimizers.Optimizer):
-            return lambda: opt.learning_rate
+            return lambda step: opt.learning_rate
         lr = keras_opt.sparse_rule_of(opt).learning_rate
-        return (lambda: lr) if not callable(lr) else None
+        return (lambda step: lr(step)) if callable(lr) else (lambda step: lr)
 
     # ---------------------------------------------------------------- build
     def build(self, input_shape=None):

@@ -40,7 +40,7 @@ class Lookup:
     keys: tf.Tensor        # [U] unique keys
     embeddings: tf.Tensor  # [U, dim] pulled rows (watched by the tape)
     shows: tf.Tensor       # [U] occurrences of each key in the batch
-    learning_rate: Optional[Callable[[], Any]] = None  # layer override
+    learning_rate: Optional[Callable[[Any], Any]] = None  # layer override (of step)
 
     def push(self, grad, learning_rate, step):
         """Sends dE (IndexedSlices from the gathers, or dense [U, dim]);

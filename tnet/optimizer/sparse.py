@@ -86,14 +86,15 @@ def resolve_learning_rate(step, layer: Optional[Callable[[], Any]] = None,
                           rule: "Optional[SparseRule]" = None):
     """The learning rate of one table push, in order of precedence:
 
-    1. `layer`: a layer given its own optimizer (called, no argument);
+    1. `layer`: a layer given its own optimizer (called with `step`: its
+       schedule, if any, follows the model's steps);
     2. `model`: the model optimizer's current rate (tn.Model.train_step
        passes it, schedules already applied by Keras);
     3. `rule`: the table's own rule (a direct `SparseTable.push`), whose
        schedule is called with `step`.
     """
     if layer is not None:
-        return layer()
+        return layer(step)
     if model is not None:
         return model
     if rule is None:
