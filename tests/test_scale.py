@@ -9,9 +9,12 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.long  # ~1 minute idle; `make test-long` (and make bench-scale)
 def test_bench_scale_stages_at_1m_rows(tmp_path):
     out = tmp_path / "scale.json"
     run = subprocess.run(
