@@ -203,12 +203,12 @@ class SpecJobData:
                 isinstance(error, tf.errors.InvalidArgumentError)
                 and "Could not parse example" in text)):
             return None
-        found = []
         for files in (self.files, self.eval_files):
-            if files and not found:
-                found = self.readers.find_bad_records(self.spec, files,
-                                                      self.format)
-        return found or None
+            found = files and self.readers.find_bad_records(
+                self.spec, files, self.format)
+            if found:
+                return found
+        return None
 
     def train(self, input_context=None, repeat=False):
         batch = FLAGS.batch_size

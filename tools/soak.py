@@ -225,6 +225,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--out", default=RESULTS_DIR)
     p.add_argument("--name", default="soak", help="results file prefix")
     args = p.parse_args(argv)
+    if args.model == "stock" and args.checkpoint_every:
+        p.error("--model stock runs without checkpoints: add --checkpoint_every 0")
 
     run = ClusterRun(args)
     samples: List[Dict[str, Any]] = []
