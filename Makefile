@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-long test-all build bench-ops bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra
+.PHONY: demo test test-long test-all build bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ test-all: build
 # Benchmarks are not tests: run them on a quiet machine.
 bench-ops: build
 	$(PY) tools/bench_ops.py
+
+# Per-id cost of each stage of the sparse step (SPARSE-HEAVY batch) beside
+# the memory-bound figure of this machine (tools/membound.cc).
+bench-stages: build
+	$(PY) tools/bench_stages.py
 
 bench-train: build
 	$(PY) tools/bench_train.py

@@ -1,0 +1,296 @@
+"""Per-id cost of every stage of tnet's sparse step on a SPARSE-HEAVY batch
+(issue 29): the map of what is left between today's kernels and the
+memory-bound limit of this machine.
+
+One process, one table shard (the layer's one-process path). The batch is
+SPARSE-HEAVY's (docs/BENCHMARK_PROTOCOL.md, tools/_sparse_heavy.py): 4096
+examples of the 26 single-valued synthetic Criteo columns plus M1..M4
+(1-50 ids each, mean ~20), all in one shared dim-16 table, fed as one
+[B, 226] block padded with -1 (the layer's fused block path). Before
+timing, --warm_batches earlier batches are pulled with training=True so the
+table holds as many rows as a short SPARSE-HEAVY run leaves (random reads
+then miss the caches as in training).
+
+Stages, each its own `tf.function`, timed in turn within every repeat
+(A, B, C ... per repeat, the protocol's alternation), with what they read:
+
+  keys     ids [B, W] -> salted int64 keys + padding mask     (fc.keys_of)
+  dedup    TnetUnique: unique keys, idx per id, shows per key
+  route    floormod by 2 shards + dynamic_partition / stitch of the unique
+           keys (what a 2-ps pull does before its RPCs; 0 in one process)
+  pull     SparseTablePull of the unique keys (training: all present)
+  combine  TnetEmbedCombine: every column's mean into [B, 30 * 16]
+  grad     TnetEmbedCombineGrad: dE [U, 16] summed per key
+  push     SparseTablePush (Adagrad, unique_keys=True)
+
+The memory-bound references: tools/membound.cc (compiled here with
+g++ -O2 -march=native, all cores, software prefetch) does only the memory
+traffic of a stage, on the same sizes and the batch's own indices, once per
+repeat beside the stages (no hashing, no TensorFlow, no checks):
+
+  ref_gather_u   copy U random 64-byte rows of an [R, 16] float32 array of
+                 the table's row count R (pull's traffic)
+  ref_gather_n   read the rows of the batch's N ids (batch order) from
+                 E [U, 16] (combine's reads)
+  ref_scatter_n  add N 64-byte rows into [U, 16] at the ids' indices (the
+                 combine gradient's scatter-add)
+  ref_rmw_u      Adagrad on U random rows of [R, 32] (weights and
+                 accumulator side by side: 128 bytes read and written per
+                 key, the push's traffic without the 16 bytes of meta)
+  ref_probe_n    per id: read its 8-byte key in order, one random 16-byte
+                 read from a [2U] array of pairs, write a 4-byte index (a
+                 dedup's traffic: its hash table of U keys is that size)
+
+Reported per stage: ms per batch, ns per id (N valid ids) and ns per unique
+key (U), and the ratio to its reference (stage / reference; the issue's
+target is <= 2x for dedup, combine, grad and push).
+
+  .venv/bin/python tools/bench_stages.py            # ~3 min on 2 cores
+  .venv/bin/python tools/bench_stages.py --quick    # smaller table, ~1 min
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import tnet as tn  # noqa: F401  (before tensorflow: selects Keras 2)
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tnet import _ops  # noqa: E402
+from tnet import feature_column as fc  # noqa: E402
+from tnet.data.synthetic import SyntheticCriteo  # noqa: E402
+from tnet.layers import lookup  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tools import _bench_common as bc  # noqa: E402
+from tools import _sparse_heavy as sh  # noqa: E402
+
+DIM = sh.EMBEDDING_DIM
+LR = 0.05
+
+# Stage -> the reference whose traffic bounds it.
+REFERENCE = {"pull": "ref_gather_u", "combine": "ref_gather_n",
+             "grad": "ref_scatter_n", "push": "ref_rmw_u",
+             "dedup": "ref_probe_n"}
+STAGES = ("keys", "dedup", "route", "pull", "combine", "grad", "push")
+REFS = ("ref_gather_u", "ref_gather_n", "ref_scatter_n", "ref_rmw_u",
+        "ref_probe_n")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true",
+                   help="4 warm batches, 3 repeats (a script check)")
+    p.add_argument("--batch", type=int, default=4096)
+    p.add_argument("--warm_batches", type=int, default=None,
+                   help="batches pulled before timing (default 64, quick 4)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="repeats (default 5, quick 3)")
+    p.add_argument("--calls", type=int, default=10,
+                   help="calls of a stage per repeat")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    if args.warm_batches is None:
+        args.warm_batches = 4 if args.quick else 64
+    if args.repeats is None:
+        args.repeats = 3 if args.quick else 5
+    return args
+
+
+def build_membound() -> str:
+    """Compiles tools/membound.cc (g++ -O2 -march=native, once per source
+    change) and returns the binary's path."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = os.path.join(here, "membound.cc")
+    out = os.path.join(bc.REPO_ROOT, "build", "membound")
+    if (not os.path.exists(out)
+            or os.path.getmtime(out) < os.path.getmtime(src)):
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        subprocess.run(["g++", "-std=c++17", "-O2", "-march=native",
+                        "-pthread", src, "-o", out], check=True)
+    return out
+
+
+def block_ids(features, names) -> np.ndarray:
+    """The batch's id columns side by side as one [B, W] int64 block."""
+    return np.concatenate([features[n].reshape(len(features[n]), -1)
+                           for n in names], axis=1)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    info = bc.run_info()
+    cats, multi, _ = sh.columns()
+    names = list(cats) + list(multi)
+    gen = SyntheticCriteo(seed=0, multi_valued=sh.MULTI_VALUED)
+    salts = tf.constant(np.concatenate([
+        np.full(1 if n in cats else 50, fc.column_salt(n), np.int64)
+        for n in names])[None, :])
+    widths = tf.constant([1] * len(cats) + [50] * len(multi), tf.int32)
+    codes = tf.constant([lookup.COMBINERS["mean"]] * len(names), tf.int32)
+    table = tn.SparseTable("stages", DIM, optimizer=tn.optimizer.Adagrad(LR))
+
+    @tf.function(reduce_retracing=True)
+    def keys_fn(ids):
+        return (tf.reshape(fc.keys_of(ids, salts), [-1]),
+                tf.reshape(fc.not_padding(ids), [-1]))
+
+    @tf.function(reduce_retracing=True)
+    def dedup_fn(keys, valid):
+        return _ops.tnet_unique(keys, valid)
+
+    @tf.function(reduce_retracing=True)
+    def warm_fn(ids):
+        keys, valid = keys_fn(ids)
+        uniq, _, _ = dedup_fn(keys, valid)
+        return tf.shape(table.pull(uniq, training=True))[0]
+
+    t0 = time.perf_counter()
+    for b in range(args.warm_batches + 1):
+        f, _, _ = gen.batch(args.batch, "train", start=b * args.batch)
+        ids = tf.constant(block_ids(f, names))
+        if b < args.warm_batches:
+            warm_fn(ids)
+    rows = int(table.size())
+    print(f"table warmed: {rows} rows after {args.warm_batches} batches "
+          f"({time.perf_counter() - t0:.1f}s)", flush=True)
+
+    # The timed batch (the next one: most of its keys are already rows).
+    keys, valid = keys_fn(ids)
+    uniq, idx, shows = dedup_fn(keys, valid)
+    table.pull(uniq, training=True)
+    n_ids = int(tf.reduce_sum(tf.cast(valid, tf.int32)))
+    n_uniq = int(tf.shape(uniq)[0])
+    print(f"batch: {args.batch} examples, W={ids.shape[1]}, N={n_ids} ids, "
+          f"U={n_uniq} unique keys", flush=True)
+    idx2 = tf.reshape(idx, tf.shape(ids))
+
+    @tf.function
+    def route_fn(u):
+        shard = tf.cast(tf.math.floormod(u, 2), tf.int32)
+        parts = tf.dynamic_partition(u, shard, 2)
+        where = tf.dynamic_partition(tf.range(tf.size(u)), shard, 2)
+        return tf.dynamic_stitch(where, parts)
+
+    @tf.function
+    def pull_fn(u):
+        return table.pull(u, training=True)
+
+    e = pull_fn(uniq)
+
+    @tf.function
+    def combine_fn(e):
+        return lookup.embed_combine(e, idx2, widths,
+                                    ["mean"] * len(names))
+
+    out = combine_fn(e)
+    dout = tf.random.stateless_normal(tf.shape(out), [1, 2]) * 1e-3
+
+    @tf.function
+    def grad_fn(dout):
+        return _ops.tnet_embed_combine_grad(dout, idx2, widths, codes,
+                                            tf.cast(n_uniq, tf.int64))
+
+    de = grad_fn(dout)
+    step = tf.Variable(1, dtype=tf.int64)
+
+    @tf.function
+    def push_fn(de):
+        table.push(uniq, de, learning_rate=LR, step=step, shows=shows,
+                   unique_keys=True)
+
+    # The memory-bound references: tools/membound.cc on the same sizes and
+    # the batch's own index order, run once per repeat beside the stages.
+    membound = build_membound()
+    idx_file = os.path.join(tempfile.mkdtemp(prefix="tnet-stages-"), "idx")
+    tf.boolean_mask(idx, idx >= 0).numpy().astype(np.int32).tofile(idx_file)
+    refs: dict[str, list[float]] = {r: [] for r in REFS}
+
+    def run_membound():
+        out = subprocess.run(
+            [membound, str(rows), str(n_uniq), str(n_ids), str(DIM),
+             str(os.cpu_count() or 1), str(args.calls), idx_file],
+            check=True, capture_output=True, text=True).stdout
+        got = dict(line.split() for line in out.strip().splitlines())
+        for r in REFS:
+            refs[r].append(float(got[r[len("ref_"):]]))
+        return refs["ref_gather_u"][-1]
+
+    cases = {
+        "keys": lambda: keys_fn(ids),
+        "dedup": lambda: dedup_fn(keys, valid),
+        "route": lambda: route_fn(uniq),
+        "pull": lambda: pull_fn(uniq),
+        "combine": lambda: combine_fn(e),
+        "grad": lambda: grad_fn(dout),
+        "push": lambda: push_fn(de),
+        "membound": run_membound,
+    }
+    for name, fn in cases.items():  # trace and warm
+        if name != "membound":
+            fn(), fn()
+
+    def timed(fn):
+        def run():
+            t = time.perf_counter()
+            for _ in range(args.calls):
+                fn()
+            return (time.perf_counter() - t) / args.calls * 1e3
+        return run
+
+    values = bc.alternate({k: v if k == "membound" else timed(v)
+                           for k, v in cases.items()}, args.repeats)
+    del values["membound"]
+    values.update(refs)
+    ms = {k: statistics.median(v) for k, v in values.items()}
+    measurements = []
+    for name in STAGES + REFS:
+        ref = REFERENCE.get(name)
+        ratios = (bc.paired_ratios(values[name], values[ref]) if ref
+                  else None)
+        measurements.append(bc.Measurement(
+            "stages", name, "ms/batch", values[name], baseline=ref,
+            ratios=ratios, target=2.0 if ref and name != "pull" else None,
+            higher_is_better=False,
+            extra={"ns_per_id": ms[name] * 1e6 / n_ids,
+                   "ns_per_unique": ms[name] * 1e6 / n_uniq}))
+    sparse_ms = sum(ms[s] for s in STAGES if s != "route")
+    lines = [bc.header_markdown(info, "Sparse step per stage, SPARSE-HEAVY "
+                                "batch, one process"),
+             f"Table {rows} rows (dim {DIM}, Adagrad); batch {args.batch} "
+             f"examples, N = {n_ids} ids, U = {n_uniq} unique keys; "
+             f"{args.repeats} repeats x {args.calls} calls, medians.", "",
+             "| stage | ms/batch | ns/id | ns/unique key | reference | "
+             "ms/batch | stage / reference |",
+             "|---|---|---|---|---|---|---|"]
+    for m in measurements:
+        if m.name.startswith("ref_"):
+            continue
+        ref = REFERENCE.get(m.name)
+        cells = [m.name, f"{ms[m.name]:.2f}", f"{m.extra['ns_per_id']:.1f}",
+                 f"{m.extra['ns_per_unique']:.1f}", ref or "",
+                 f"{ms[ref]:.2f}" if ref else "",
+                 f"{m.ratio:.2f}x" if ref else ""]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"Sum of the one-process stages (keys, dedup, pull, "
+              f"combine, grad, push): {sparse_ms:.1f} ms per batch, "
+              f"{sparse_ms * 1e6 / n_ids:.0f} ns per id."]
+    md = "\n".join(lines)
+    out = args.out or bc.default_out_path(
+        "bench_stages" + ("-quick" if args.quick else ""))
+    bc.write_results(out, info, measurements, md,
+                     extra={"rows": rows, "n_ids": n_ids, "n_unique": n_uniq,
+                            "batch": args.batch})
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
