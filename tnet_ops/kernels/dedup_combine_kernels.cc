@@ -21,6 +21,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
@@ -163,6 +164,35 @@ void RunChunks(tf::OpKernelContext* ctx, int64_t chunks,
   }
   fn(0, 1);
   done.Wait();
+}
+
+// dst[0, n) += f * src[0, n), n = D if D > 0 (known at compile time: the
+// loop unrolls and vectorizes) else dim. f = 1 adds exactly.
+template <int D>
+inline void Axpy(float* __restrict dst, const float* __restrict src, float f,
+                 int64_t dim) {
+  const int64_t n = D > 0 ? D : dim;
+  for (int64_t d = 0; d < n; ++d) dst[d] += f * src[d];
+}
+
+template <int D>
+inline void ScaleRow(float* dst, float f, int64_t dim) {
+  const int64_t n = D > 0 ? D : dim;
+  for (int64_t d = 0; d < n; ++d) dst[d] *= f;
+}
+
+// fn(std::integral_constant<int, D>()) with D = dim for the usual row
+// widths, D = 0 (any width) otherwise.
+template <typename Fn>
+void DispatchDim(int64_t dim, Fn&& fn) {
+  switch (dim) {
+    case 4: return fn(std::integral_constant<int, 4>());
+    case 8: return fn(std::integral_constant<int, 8>());
+    case 16: return fn(std::integral_constant<int, 16>());
+    case 32: return fn(std::integral_constant<int, 32>());
+    case 64: return fn(std::integral_constant<int, 64>());
+    default: return fn(std::integral_constant<int, 0>());
+  }
 }
 
 }  // namespace
@@ -399,28 +429,28 @@ class TnetEmbedCombineOp : public tf::OpKernel {
     if (lay.batch == 0 || dim == 0) return;
     const float* rows = rows_t.flat<float>().data();
     float* out = out_t->flat<float>().data();
-    auto work = [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const int32_t* ib = lay.idx + b * lay.width;
-        for (int64_t c = 0; c < lay.columns; ++c) {
-          float* dst = out + (b * lay.columns + c) * dim;
-          std::memset(dst, 0, sizeof(float) * dim);
-          int64_t count = 0;
-          for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {
-            const int32_t r = ib[j];
-            if (r < 0) continue;
-            ++count;
-            const float* src = rows + static_cast<int64_t>(r) * dim;
-            for (int64_t d = 0; d < dim; ++d) dst[d] += src[d];
-          }
-          const float s = Scale(lay.combiners[c], count);
-          if (s != 1.0f) {
-            for (int64_t d = 0; d < dim; ++d) dst[d] *= s;
+    DispatchDim(dim, [&](auto kDim) {
+      constexpr int D = decltype(kDim)::value;
+      auto work = [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+          const int32_t* ib = lay.idx + b * lay.width;
+          for (int64_t c = 0; c < lay.columns; ++c) {
+            float* dst = out + (b * lay.columns + c) * dim;
+            std::memset(dst, 0, sizeof(float) * dim);
+            int64_t count = 0;
+            for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {
+              const int32_t r = ib[j];
+              if (r < 0) continue;
+              ++count;
+              Axpy<D>(dst, rows + static_cast<int64_t>(r) * dim, 1.0f, dim);
+            }
+            const float s = Scale(lay.combiners[c], count);
+            if (s != 1.0f) ScaleRow<D>(dst, s, dim);
           }
         }
-      }
-    };
-    MakeRunner(ctx)(lay.batch, (lay.width + lay.columns) * (dim + 4), work);
+      };
+      MakeRunner(ctx)(lay.batch, (lay.width + lay.columns) * (dim + 4), work);
+    });
   }
 };
 
@@ -461,6 +491,8 @@ class TnetEmbedCombineGradOp : public tf::OpKernel {
     // Each part owns a range of output rows and scans every id, so no two
     // threads add into one row (deterministic sums, no atomics).
     const int64_t parts = Parts(ctx, lay.batch * lay.width, num_rows);
+    DispatchDim(dim, [&](auto kDim) {
+    constexpr int D = decltype(kDim)::value;
     auto work = [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t lo = num_rows * p / parts;
@@ -481,14 +513,14 @@ class TnetEmbedCombineGradOp : public tf::OpKernel {
             for (int64_t j = j0; j < j1; ++j) {
               const int32_t r = ib[j];
               if (r < lo || r >= hi) continue;
-              float* dst = out + static_cast<int64_t>(r) * dim;
-              for (int64_t d = 0; d < dim; ++d) dst[d] += s * g[d];
+              Axpy<D>(out + static_cast<int64_t>(r) * dim, g, s, dim);
             }
           }
         }
       }
     };
-    MakeRunner(ctx)(parts, lay.batch * (lay.width * 4 + dim * 2), work);
+    RunChunks(ctx, parts, work);
+    });
   }
 };
 
@@ -604,19 +636,20 @@ class TnetSegmentCombineOp : public tf::OpKernel {
     const int64_t parts =
         Parts(ctx, sg.entries * dim, sg.num_segments);
     // Each part owns a range of segments: no two threads add into one row.
-    MakeRunner(ctx)(parts, sg.entries * (dim + 4), [&](int64_t p0, int64_t p1) {
+    DispatchDim(dim, [&](auto kDim) {
+    constexpr int D = decltype(kDim)::value;
+    RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t lo = sg.num_segments * p / parts;
         const int64_t hi = sg.num_segments * (p + 1) / parts;
         for (int64_t k = 0; k < sg.entries; ++k) {
           const int64_t s = sg.seg[k];
           if (s < lo || s >= hi || sg.idx[k] < 0) continue;
-          const float* src = rows + static_cast<int64_t>(sg.idx[k]) * dim;
-          float* dst = out + s * dim;
-          const float f = scale[s];
-          for (int64_t d = 0; d < dim; ++d) dst[d] += f * src[d];
+          Axpy<D>(out + s * dim, rows + static_cast<int64_t>(sg.idx[k]) * dim,
+                  scale[s], dim);
         }
       }
+    });
     });
   }
 };
@@ -653,7 +686,9 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
     const std::vector<float> scale = SegmentScales(sg);
     const float* grad = grad_t.flat<float>().data();
     const int64_t parts = Parts(ctx, sg.entries * dim, num_rows);
-    MakeRunner(ctx)(parts, sg.entries * (dim + 4), [&](int64_t p0, int64_t p1) {
+    DispatchDim(dim, [&](auto kDim) {
+    constexpr int D = decltype(kDim)::value;
+    RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t lo = num_rows * p / parts;
         const int64_t hi = num_rows * (p + 1) / parts;
@@ -661,12 +696,11 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
           const int32_t r = sg.idx[k];
           if (r < lo || r >= hi) continue;
           const int64_t s = sg.seg[k];
-          const float* g = grad + s * dim;
-          float* dst = out + static_cast<int64_t>(r) * dim;
-          const float f = scale[s];
-          for (int64_t d = 0; d < dim; ++d) dst[d] += f * g[d];
+          Axpy<D>(out + static_cast<int64_t>(r) * dim, grad + s * dim,
+                  scale[s], dim);
         }
       }
+    });
     });
   }
 };
