@@ -10,6 +10,20 @@ bench/results/defaults-<date>.{json,md}.
 
     python tools/measure_defaults.py                 # 3 seeds, adam + adagrad
     python tools/measure_defaults.py --seeds 1 --optimizers adam   # quick
+
+The row-accumulator study (issue 25) runs one model per invocation, so a
+long study can be split into short runs (each under the shared lock) and
+nothing is lost when one dies; every run appends a JSON line to --jsonl:
+
+    python tools/measure_defaults.py --one criteo,tnet,adagrad,1e-6,0 \
+        --jsonl bench/results/defaults-2026-11-24.jsonl
+    python tools/measure_defaults.py --summarize \
+        bench/results/defaults-2026-11-24.jsonl
+
+`--one case,side,optimizer,accumulator,seed[,initializer[,epochs]]`:
+side tnet|stock; accumulator "-" for the side's default, else Adagrad's
+start (tnet: the rows' only, dense keeps Keras' 0.1; stock: every
+variable's); initializer "-" for the default or a CANDIDATES key.
 """
 from __future__ import annotations
 
@@ -36,8 +50,66 @@ CANDIDATES = {
 }
 
 
+def one(spec: str, jsonl: str, data_dir: str) -> None:
+    """Trains one model (see --one) and appends its result to `jsonl`."""
+    import math
+    import time
+    parts = spec.split(",")
+    case, side, kind, acc, seed = parts[:5]
+    init = parts[5] if len(parts) > 5 else "-"
+    epochs = int(parts[6]) if len(parts) > 6 else 2
+    start = time.time()
+    auc = user_models.run(case, side, int(seed), kind,
+                          None if init == "-" else CANDIDATES[init], epochs,
+                          pathlib.Path(data_dir),
+                          accumulator=None if acc == "-" else float(acc))
+    row = {"case": case, "side": side, "optimizer": kind, "accumulator": acc,
+           "initializer": init, "epochs": epochs, "seed": int(seed),
+           "auc": auc, "finite": math.isfinite(auc),
+           "seconds": round(time.time() - start, 1),
+           "commit": bc.run_info()["git_commit"],
+           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with open(jsonl, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(json.dumps(row), flush=True)
+
+
+def summarize(jsonl: str) -> str:
+    """Markdown table of a --one study: mean, per-seed AUC, difference to
+    stock with Keras' defaults of the same case, optimizer and epochs."""
+    rows = [json.loads(line) for line in open(jsonl) if line.strip()]
+    groups: dict = {}
+    for r in rows:
+        key = (r["case"], r["optimizer"], r["epochs"], r["side"],
+               r["accumulator"], r["initializer"])
+        groups.setdefault(key, []).append(r)
+    lines = ["| case | optimizer | epochs | model | row accumulator | "
+             "initializer | seeds | mean AUC | - stock (Keras defaults) | "
+             "per seed |", "|---|---|---:|---|---|---|---:|---:|---:|---|"]
+    for key in sorted(groups):
+        case, kind, epochs, side, acc, init = key
+        runs = sorted(groups[key], key=lambda r: r["seed"])
+        mean = statistics.fmean(r["auc"] for r in runs)
+        base = groups.get((case, kind, epochs, "stock", "-", "-"))
+        diff = (f"{mean - statistics.fmean(r['auc'] for r in base):+.4f}"
+                if base else "")
+        label = {"-": "default"}.get(acc, acc)
+        per_seed = " ".join(f"{r['auc']:.4f}" for r in runs)
+        lines.append(
+            f"| {case} | {kind} | {epochs} | {side} | {label} | "
+            f"{'default' if init == '-' else init} | {len(runs)} | "
+            f"{mean:.4f} | {diff} | "
+            f"{per_seed} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--one", help="case,side,optimizer,accumulator,seed"
+                   "[,initializer[,epochs]]: one run appended to --jsonl")
+    p.add_argument("--jsonl", help="where --one appends its result")
+    p.add_argument("--summarize", metavar="JSONL",
+                   help="print the markdown table of a --one study")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--optimizers", default="adam,adagrad")
@@ -47,6 +119,12 @@ def main() -> None:
         pathlib.Path(bc.REPO_ROOT).parent / "shared" / "data"))
     p.add_argument("--out", default=bc.default_out_path("defaults"))
     args = p.parse_args()
+    if args.summarize:
+        print(summarize(args.summarize))
+        return
+    if args.one:
+        one(args.one, args.jsonl, args.data_dir)
+        return
     info = bc.run_info()
     results = []
     for case in args.cases.split(","):
