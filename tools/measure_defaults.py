@@ -20,7 +20,10 @@ nothing is lost when one dies; every run appends a JSON line to --jsonl:
     python tools/measure_defaults.py --summarize \
         bench/results/defaults-2026-11-24.jsonl
 
-`--one case,side,optimizer,accumulator,seed[,initializer[,epochs]]`:
+`--one case,side,optimizer,accumulator,seed[,initializer[,epochs[,batches
+[,wide_ftrl_accumulator]]]]`: case criteo|multi_valued|avazu (user
+models vs stock, tests/programs/user_models.py) or sparse_heavy (tnet's
+SPARSE-HEAVY Wide&Deep, `batches` of 4096, default 64);
 side tnet|stock; accumulator "-" for the side's default, else Adagrad's
 start (tnet: the rows' only, dense keeps Keras' 0.1; stock: every
 variable's); initializer "-" for the default or a CANDIDATES key.
@@ -50,6 +53,57 @@ CANDIDATES = {
 }
 
 
+SPARSE_HEAVY_BATCH = 4096
+
+
+def sparse_heavy_auc(seed: int, accumulator: float | None, init,
+                     epochs: int, batches: int, wide_ftrl_acc: float | None,
+                     holdout_batches: int = 16) -> float:
+    """tnet's SPARSE-HEAVY Wide&Deep (tools/_sparse_heavy.py: 26 + 4
+    multi-valued columns, dim 16, Adagrad 0.05, wide part in-table FTRL)
+    on `batches` batches of 4096 for `epochs` epochs; hold-out AUC.
+    `accumulator`: the Adagrad rows' start (None: tnet's default);
+    `init`: the embedding columns' initializer (None: default);
+    `wide_ftrl_acc`: the wide FTRL rows' start (None: its default)."""
+    import numpy as np
+    import tf_keras
+
+    import tnet as tn
+    from tnet import feature_column as fc
+    from tnet.data import SyntheticCriteo
+    from tnet.data.metrics import auc as auc_of
+    from tools import _sparse_heavy as sh
+    from tools.bench_train import sparse_heavy_dataset
+    cats, multi, ints = sh.columns()
+    gen = SyntheticCriteo(seed=0, scale=1, multi_valued=sh.MULTI_VALUED)
+    train_f, train_y, _ = gen.batch(batches * SPARSE_HEAVY_BATCH, "train")
+    hold_f, hold_y, _ = gen.batch(holdout_batches * SPARSE_HEAVY_BATCH,
+                                  "holdout")
+    train = sparse_heavy_dataset(train_f, train_y, SPARSE_HEAVY_BATCH, multi)
+    hold = sparse_heavy_dataset(hold_f, hold_y, SPARSE_HEAVY_BATCH, multi)
+    tf_keras.utils.set_random_seed(seed)
+    kw = {} if init is None else {"initializer": init}
+    cols = [fc.embedding_column(fc.category_column(n), sh.EMBEDDING_DIM,
+                                combiner="mean", table="embedding", **kw)
+            for n in cats + multi]
+    wide_opt = (None if wide_ftrl_acc is None else tn.optimizer.sparse.Ftrl(
+        0.2, initial_accumulator_value=wide_ftrl_acc))
+    model = tn.models.WideDeep(cols, ints, embedding_dim=sh.EMBEDDING_DIM,
+                               hidden_units=sh.HIDDEN, train_metrics=False,
+                               wide_optimizer=wide_opt)
+    okw = ({} if accumulator is None
+           else {"row_initial_accumulator_value": accumulator})
+    model.compile(tn.optimizer.Adagrad(0.05, **okw))
+    # Shuffle the batch order per seed (the examples are fixed).
+    model.fit(train.shuffle(batches, seed=seed), epochs=epochs, verbose=0)
+    labels, scores = [], []
+    for features, y in hold:
+        scores.append(np.asarray(model.logits(features, training=False))
+                      .reshape(-1))
+        labels.append(np.asarray(y).reshape(-1))
+    return float(auc_of(np.concatenate(labels), np.concatenate(scores)))
+
+
 def one(spec: str, jsonl: str, data_dir: str) -> None:
     """Trains one model (see --one) and appends its result to `jsonl`."""
     import math
@@ -58,13 +112,25 @@ def one(spec: str, jsonl: str, data_dir: str) -> None:
     case, side, kind, acc, seed = parts[:5]
     init = parts[5] if len(parts) > 5 else "-"
     epochs = int(parts[6]) if len(parts) > 6 else 2
+    batches = int(parts[7]) if len(parts) > 7 else 64
+    wide_ftrl = parts[8] if len(parts) > 8 else "-"
     start = time.time()
-    auc = user_models.run(case, side, int(seed), kind,
-                          None if init == "-" else CANDIDATES[init], epochs,
-                          pathlib.Path(data_dir),
-                          accumulator=None if acc == "-" else float(acc))
+    if case == "sparse_heavy":
+        if side != "tnet" or kind != "adagrad":
+            raise SystemExit("sparse_heavy: tnet with Adagrad only")
+        auc = sparse_heavy_auc(int(seed), None if acc == "-" else float(acc),
+                               None if init == "-" else CANDIDATES[init],
+                               epochs, batches,
+                               None if wide_ftrl == "-" else float(wide_ftrl))
+    else:
+        auc = user_models.run(case, side, int(seed), kind,
+                              None if init == "-" else CANDIDATES[init],
+                              epochs, pathlib.Path(data_dir),
+                              accumulator=None if acc == "-" else float(acc))
     row = {"case": case, "side": side, "optimizer": kind, "accumulator": acc,
            "initializer": init, "epochs": epochs, "seed": int(seed),
+           **({"batches": batches, "wide_ftrl_accumulator": wide_ftrl}
+              if case == "sparse_heavy" else {}),
            "auc": auc, "finite": math.isfinite(auc),
            "seconds": round(time.time() - start, 1),
            "commit": bc.run_info()["git_commit"],
@@ -81,7 +147,9 @@ def summarize(jsonl: str) -> str:
     groups: dict = {}
     for r in rows:
         key = (r["case"], r["optimizer"], r["epochs"], r["side"],
-               r["accumulator"], r["initializer"])
+               r["accumulator"], r["initializer"]
+               + ("" if r.get("wide_ftrl_accumulator", "-") == "-" else
+                  f", wide FTRL acc {r['wide_ftrl_accumulator']}"))
         groups.setdefault(key, []).append(r)
     lines = ["| case | optimizer | epochs | model | row accumulator | "
              "initializer | seeds | mean AUC | - stock (Keras defaults) | "
