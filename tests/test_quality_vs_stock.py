@@ -29,7 +29,7 @@ from tests.programs import user_models
 
 SEEDS = (0, 1, 2)
 MARGIN = 0.002
-ROW_ACCUMULATOR_GAIN = 0.01
+ROW_ACCUMULATOR_GAIN = 0.03
 
 
 @functools.lru_cache(maxsize=None)
