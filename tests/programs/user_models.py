@@ -10,12 +10,15 @@ data, with the same optimizer:
   part, every other setting at its default) on the real Criteo rows in
   ../shared/data: train on `train_extra_nonhead.tsv` + the first 8,000
   rows of `dev_head10k.tsv`, score the last 1,999.
+- Avazu: the same Wide&Deep over Avazu's 24 string columns (real rows in
+  ../shared/data: train on the first 3,000, score the last 856) against
+  a stock model hashing the strings with `to_hash_bucket_fast`.
 - Multi-valued: a TensorNet-style model (`Input(sparse=True)` VarLen id
   features, a dim-1 wide and a dim-8 deep `embedding_column` per feature)
   on generated data whose label follows a known logistic model of the ids.
 
-`initializer` is only for measuring candidate defaults; None leaves the
-library default, which is what the test checks.
+`initializer` and `accumulator` are only for measuring candidate
+defaults; None leaves each side's default, which is what the tests check.
 """
 from __future__ import annotations
 
