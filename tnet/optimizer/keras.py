@@ -88,10 +88,10 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
     """Keras Adagrad for dense variables, Adagrad inside the tables.
 
     Dense accumulators start at Keras' 0.1. Table rows start theirs at
-    `row_initial_accumulator_value`, by default 1e-6
+    `row_initial_accumulator_value`, by default 0.01
     (tn.optimizer.sparse.ROW_INITIAL_ACCUMULATOR_VALUE): with Keras' 0.1 a
-    new row's first steps are ~30x smaller, and rare ids, most of a table,
-    barely learn (measured: BENCHMARKS.md "Defaults: the row
+    new row's first steps are ~3x smaller, and rare ids, most of a table,
+    learn slower (measured: BENCHMARKS.md "Defaults: the row
     accumulator"). Passing `initial_accumulator_value` sets both, as in
     Keras; `row_initial_accumulator_value=0.1` gives Keras' behaviour
     back for the rows alone.
