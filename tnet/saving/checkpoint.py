@@ -419,6 +419,8 @@ def _write_table(table: SparseTable, name: str, tmp: str, step: int,
         parts.append({"file": rel, "shard": shard, "rows": n})
         written += n
     progress.end()
+    pending_rel = os.path.join(rel_dir, "pending.h5")
+    n_pending = _write_pending(os.path.join(tmp, pending_rel), table, name)
     info = {
         "dim": table.dim, "num_slots": table.num_slots,
         "optimizer": {"name": table.optimizer.name,
@@ -427,6 +429,7 @@ def _write_table(table: SparseTable, name: str, tmp: str, step: int,
         "dtypes": dict(DTYPES), "rows": live, "rows_written": written,
         "parts": parts, "deleted": 0, "deleted_file": None,
         "since_steps": ([c["mark"] for c in changes] if delta else None),
+        "pending": n_pending, "pending_file": pending_rel,
     }
     if delta:
         keys = (np.concatenate(written_keys) if written_keys
@@ -443,6 +446,25 @@ def _write_table(table: SparseTable, name: str, tmp: str, step: int,
         info["deleted"] = int(len(deleted))
         info["deleted_file"] = rel
     return info
+
+
+def _write_pending(path: str, table: SparseTable, name: str) -> int:
+    """Writes the table's whole admission state (every checkpoint, full or
+    delta, holds all of it: counts change without any row changing) and its
+    lifecycle counters: datasets `keys` int64, `counts` float32, `ages`
+    int64 (see SparseTable.export_pending) and `counters` int64 [shards, 5].
+    Returns the number of pending keys."""
+    state = table.export_pending()
+    n = len(state["keys"])
+    with h5py.File(path, "w") as f:
+        for key in ("keys", "counts", "ages"):
+            f.create_dataset(key, data=state[key],
+                             compression="gzip" if n else None,
+                             shuffle=bool(n))
+        f.create_dataset("counters", data=state["counters"])
+        f.attrs["format"] = FORMAT
+        f.attrs["table"] = name
+    return n
 
 
 def _remove_stale_temps(directory: str) -> None:
