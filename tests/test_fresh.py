@@ -1,0 +1,185 @@
+"""Fresh models in serving: an updatable export, published deltas, a follower.
+
+A README-style `tn.Model` subclass (int user ids, string city ids) trains a
+few steps at a time; after each `publish_delta` and follower step, the
+served model (a SavedModel loaded with tf.saved_model.load, and in the gRPC
+test one served by a process that never imports tnet) must predict what
+the training model predicts on a fixed probe set. Evicted keys read zero,
+and a delta applied twice, out of order, with a gap, or corrupted is
+refused without changing what is served.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_recommenders as tfrs
+
+import tnet as tn
+from tnet import feature_column as fc
+from tnet.saving import fresh, op_check
+from tnet.serving import follow
+
+TOL = 1e-5
+
+
+def _columns():
+    user = fc.category_column("user_id")
+    city = fc.category_column("city", dtype=tf.string)
+    return [fc.embedding_column(user, 8),
+            fc.embedding_column(city, 8, table="shared")]
+
+
+class Ranker(tn.Model):
+    def __init__(self):
+        super().__init__()
+        self.embed = tn.layers.EmbeddingFeatures(_columns())
+        self.mlp = tf.keras.Sequential([tf.keras.layers.Dense(16, "relu"),
+                                        tf.keras.layers.Dense(1)])
+        self.task = tfrs.tasks.Ranking(
+            loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
+
+    def call(self, features, training=False):
+        return self.mlp(self.embed(features, training=training))
+
+    def compute_loss(self, inputs, training=False):
+        features, labels = inputs
+        return self.task(labels=labels, predictions=self(features, training))
+
+
+def _batch(rng, n, lo=0, hi=200):
+    users = rng.integers(lo, hi, n).astype(np.int64)
+    cities = np.array([f"c{v}".encode() for v in rng.integers(0, 30, n)],
+                      dtype=object)
+    labels = (rng.random(n) < 0.3).astype(np.float32)
+    return {"user_id": users, "city": cities}, labels
+
+
+def _fit(model, rng, steps, lo=0, hi=200):
+    feats, labels = _batch(rng, 32 * steps, lo, hi)
+    model.fit(tf.data.Dataset.from_tensor_slices((feats, labels)).batch(32),
+              epochs=1, verbose=0)
+
+
+def _probe():
+    users = np.concatenate([np.arange(0, 400, 7), [10 ** 9]]).astype(
+        np.int64)
+    cities = np.array([f"c{i % 35}".encode() for i in range(len(users))],
+                      dtype=object)
+    return {"user_id": users, "city": cities}
+
+
+def _served(loaded, probe):
+    out = loaded.signatures["serving_default"](
+        **{k: tf.constant(v) for k, v in probe.items()})
+    return out["prediction"].numpy().reshape(-1)
+
+
+def _trained(model, probe):
+    return model({k: tf.constant(v) for k, v in probe.items()},
+                 training=False).numpy().reshape(-1)
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    tf.keras.utils.set_random_seed(7)
+    rng = np.random.default_rng(7)
+    model = Ranker()
+    model.compile(tn.optimizer.Adagrad(0.1))
+    _fit(model, rng, 3)
+    export = str(tmp_path / "ranker" / "1")
+    tn.saving.export_for_serving(model, export, updatable=True)
+    return model, rng, export
+
+
+def test_publish_apply_matches_training_and_refuses_bad_deltas(setup):
+    model, rng, export = setup
+    assert not op_check.tnet_ops_in(export)
+    info = json.load(open(os.path.join(export, "export_info.json")))
+    assert set(info["updatable"]["signatures"]) == {
+        "apply_delta", "apply_rows", "serving_version"}
+    loaded = tf.saved_model.load(export)
+    target = follow.InProcessTarget(loaded)
+    follower = follow.Follower(export, [target], say=lambda m: None)
+    probe = _probe()
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(model, probe), atol=TOL)
+    for k in range(3):
+        # New users each round: rows the base never had.
+        _fit(model, rng, 2, lo=0, hi=200 + 60 * (k + 1))
+        before = _served(loaded, probe)
+        tn.saving.publish_delta(model, export)
+        assert follower.step() == {target.name: k + 1}
+        got, want = _served(loaded, probe), _trained(model, probe)
+        np.testing.assert_allclose(got, want, atol=TOL)
+        assert np.max(np.abs(got - before)) > 1e-4  # the update changed it
+    assert follow.serving_version(target)[0] == 3
+
+    # Eviction: every user row not touched in the newest 2 steps goes.
+    table = model.tables()["user_id"]
+    step = int(model.optimizer.iterations.numpy())
+    evicted = int(table.evict(ttl_steps=1, current_step=step))
+    assert evicted > 0
+    path = tn.saving.publish_delta(model, export)
+    manifest = json.load(open(os.path.join(path, fresh.MANIFEST)))
+    assert manifest["tables"]["user_id"]["deleted"] == evicted
+    follower.step()
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(model, probe), atol=TOL)
+    gone = np.load(os.path.join(path, fresh.PAYLOAD))[
+        f"{info['updatable']['tables']['user_id']['prefix']}_deleted"]
+    assert len(gone) == evicted
+    handle = loaded.tables["user_id"].overlay.resource_handle
+    found = tf.raw_ops.LookupTableFindV2(
+        table_handle=handle, keys=tf.constant(gone),
+        default_value=tf.fill([9], -1.0))
+    assert np.all(found.numpy()[:, 0] == 2)   # state: freed
+    assert np.all(found.numpy()[:, 1:] == 0)  # reads the zero row
+
+    # Applied twice: the model itself refuses; nothing changes.
+    state = _served(loaded, probe)
+    payload = fresh.load_delta(export, 4)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="serving_version"):
+        follower.apply(target, 4, payload)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        follower.apply(target, 7, payload)  # out of order
+    np.testing.assert_array_equal(_served(loaded, probe), state)
+
+    # Corrupted / truncated / gap: the follower refuses with one line.
+    _fit(model, rng, 2)
+    path = tn.saving.publish_delta(model, export)
+    payload_file = os.path.join(path, fresh.PAYLOAD)
+    good = open(payload_file, "rb").read()
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF
+    open(payload_file, "wb").write(bytes(bad))
+    with pytest.raises(fresh.DeltaError, match="checksum mismatch"):
+        follower.step()
+    open(payload_file, "wb").write(good[:-10])
+    with pytest.raises(fresh.DeltaError, match="checksum mismatch"):
+        follower.step()
+    np.testing.assert_array_equal(_served(loaded, probe), state)
+    assert follow.serving_version(target)[0] == 4
+    open(payload_file, "wb").write(good)
+    gap = os.path.join(fresh.deltas_dir(export), fresh.delta_name(7))
+    shutil.copytree(path, gap)
+    with pytest.raises(fresh.DeltaError, match="gap"):
+        follower.step()
+    assert follow.serving_version(target)[0] == 5  # 5 applied, 7 refused
+    shutil.rmtree(gap)
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(model, probe), atol=TOL)
+
+    # A replica that restarts (back at the base) is replayed to the end.
+    fresh_replica = follow.InProcessTarget(tf.saved_model.load(export))
+    follow.Follower(export, [fresh_replica], say=lambda m: None).step()
+    np.testing.assert_allclose(_served(fresh_replica.loaded, probe),
+                               _trained(model, probe), atol=TOL)
