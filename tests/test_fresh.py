@@ -183,3 +183,120 @@ def test_publish_apply_matches_training_and_refuses_bad_deltas(setup):
     follow.Follower(export, [fresh_replica], say=lambda m: None).step()
     np.testing.assert_allclose(_served(fresh_replica.loaded, probe),
                                _trained(model, probe), atol=TOL)
+
+
+SERVER = os.path.join(os.path.dirname(__file__), "programs",
+                      "predict_server.py")
+
+
+def _start_server(export, tmp_path, name="ranker"):
+    port_file = str(tmp_path / f"port-{time.monotonic_ns()}")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    proc = subprocess.Popen([sys.executable, SERVER, export, name, port_file],
+                            env=env, cwd=str(tmp_path))
+    deadline = time.monotonic() + 120
+    while not os.path.exists(port_file):
+        assert proc.poll() is None, "predict server died"
+        assert time.monotonic() < deadline, "predict server did not start"
+        time.sleep(0.2)
+    return proc, f"127.0.0.1:{open(port_file).read()}"
+
+
+def _grpc_predict(address, probe):
+    return follow.GrpcTarget(address, "ranker").call(
+        "serving_default", probe)["prediction"].reshape(-1)
+
+
+def _follow_cli(export, address):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))) + os.pathsep + env.get("PYTHONPATH", "")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    return subprocess.run(
+        [sys.executable, "-m", "tnet.serving.follow", "--export_dir", export,
+         "--target", f"grpc://{address}/ranker", "--once"],
+        capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_follow_cli_grpc_target_without_tnet(setup, tmp_path):
+    model, rng, export = setup
+    probe = _probe()
+    proc, address = _start_server(export, tmp_path)
+    try:
+        for _ in range(2):
+            _fit(model, rng, 2, hi=300)
+            tn.saving.publish_delta(model, export)
+            done = _follow_cli(export, address)
+            assert done.returncode == 0, done.stderr
+            np.testing.assert_allclose(_grpc_predict(address, probe),
+                                       _trained(model, probe), atol=TOL)
+        record = json.load(open(os.path.join(
+            fresh.deltas_dir(export), "followers",
+            f"grpc___{address.replace(':', '_')}_ranker.json")))
+        assert record["version"] == 2
+        # Nothing new: a second run applies nothing and changes nothing.
+        state = _grpc_predict(address, probe)
+        assert _follow_cli(export, address).returncode == 0
+        np.testing.assert_array_equal(_grpc_predict(address, probe), state)
+    finally:
+        proc.kill()
+        proc.wait()
+    # The replica restarts from the base: the follower replays 1 and 2.
+    proc, address = _start_server(export, tmp_path)
+    try:
+        done = _follow_cli(export, address)
+        assert done.returncode == 0, done.stderr
+        np.testing.assert_allclose(_grpc_predict(address, probe),
+                                   _trained(model, probe), atol=TOL)
+        # A corrupted delta: one line on stderr, exit 1, nothing changed.
+        _fit(model, rng, 1)
+        path = tn.saving.publish_delta(model, export)
+        with open(os.path.join(path, fresh.PAYLOAD), "r+b") as f:
+            f.truncate(100)
+        state = _grpc_predict(address, probe)
+        done = _follow_cli(export, address)
+        assert done.returncode == 1
+        assert "checksum mismatch" in done.stderr
+        ours = [line for line in done.stderr.splitlines()
+                if line.startswith("tnet.serving.follow:")]
+        assert len(ours) == 1, done.stderr
+        np.testing.assert_array_equal(_grpc_predict(address, probe), state)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_trainer_restart_from_older_checkpoint(setup, tmp_path):
+    """The trainer publishes past its newest checkpoint, dies, restores it
+    and trains other rows: the first delta after the restore makes the
+    served model equal the restored trainer again (rows the lost steps
+    created read zero)."""
+    model, rng, export = setup
+    ckpts = str(tmp_path / "ckpt")
+    loaded = tf.saved_model.load(export)
+    follower = follow.Follower(export, [follow.InProcessTarget(loaded)],
+                               say=lambda m: None)
+    _fit(model, rng, 2)
+    tn.saving.publish_delta(model, export)
+    tn.saving.save(model, ckpts, incremental=True)
+    _fit(model, rng, 2, lo=1000, hi=1100)  # lost with the trainer
+    tn.saving.publish_delta(model, export)
+    follower.step()
+    probe = _probe()
+    probe["user_id"][:20] = np.arange(1000, 1100, 5)
+
+    restarted = Ranker()
+    restarted.compile(tn.optimizer.Adagrad(0.1))
+    tn.saving.restore(restarted, ckpts, track_changes=True)
+    before = _trained(restarted, probe)
+    assert np.max(np.abs(_served(loaded, probe) - before)) > 1e-4
+    fresh.publisher(restarted, export)  # before training resumes
+    _fit(restarted, rng, 2, lo=0, hi=100)
+    tn.saving.publish_delta(restarted, export)
+    follower.step()
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(restarted, probe), atol=TOL)
+    # Checkpoints' own marks still hold: an incremental save is a delta.
+    path = tn.saving.save(restarted, ckpts, incremental=True)
+    assert tn.saving.read_manifest(path)["kind"] == "delta"

@@ -87,9 +87,9 @@ def parse_target(spec: str):
 
 def serving_version(target) -> (int, str):
     out = target.call(fresh.SERVING_VERSION, {})
-    base = out["base_id"]
+    base = np.asarray(out["base_id"]).reshape(-1)[0]
     base = base.decode() if isinstance(base, bytes) else str(base)
-    return int(out["version"]), base
+    return int(np.asarray(out["version"]).reshape(-1)[0]), base
 
 
 class Follower:
