@@ -300,3 +300,20 @@ def test_trainer_restart_from_older_checkpoint(setup, tmp_path):
     # Checkpoints' own marks still hold: an incremental save is a delta.
     path = tn.saving.save(restarted, ckpts, incremental=True)
     assert tn.saving.read_manifest(path)["kind"] == "delta"
+
+
+@pytest.mark.long
+def test_publish_under_parameter_server_strategy(tmp_path):
+    from tests.support.cluster import assert_all_stopped, cluster
+    program = os.path.join(os.path.dirname(__file__), "programs",
+                           "fresh_pss.py")
+    c = cluster(2, 1, [sys.executable, program, str(tmp_path / "m" / "1")])
+    code = c.wait(900)
+    assert_all_stopped(c)
+    assert code == 0, c.output[-3000:]
+    lines = [line for line in c.lines if "FRESH_PSS epoch=" in line]
+    assert len(lines) == 3, c.output[-3000:]
+    for i, line in enumerate(lines):
+        assert f"version={i + 1}" in line, line
+        assert float(line.rsplit("diff=", 1)[1]) <= TOL, line
+    assert any("FRESH_PSS_DONE" in line for line in c.lines)

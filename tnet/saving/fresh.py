@@ -168,11 +168,9 @@ def updatable_signatures(module, serving, dense, model):
         "through_step": _step(model) - 1,
         "tables": {n: {"prefix": p, "dim": serving[n].dim}
                    for n, p in names.items()},
-        "dense": [{"name": v.name, "shape": v.shape.as_list(),
-                   "dtype": v.dtype.name} for v in dense],
+        "dense": _dense_entries(model, dense),
         "signatures": [APPLY_DELTA, APPLY_ROWS, SERVING_VERSION],
     }
-    _model_dense(model, info["dense"])  # fails the export now if unmapped
     del var_names
     return sigs, info
 
@@ -183,21 +181,37 @@ def _step(model) -> int:
     return int(it.numpy()) if it is not None else 0
 
 
+def _dense_entries(model, dense) -> List[Dict[str, Any]]:
+    """Per dense variable of the export: its position in model.variables
+    (stable for the same model code in another process, where names may
+    carry other suffixes), name, shape and dtype."""
+    index = {id(v): i for i, v in enumerate(model.variables)}
+    out = []
+    for v in dense:
+        if id(v) not in index:
+            raise ValueError(
+                f"updatable export: the serving graph reads variable "
+                f"{v.name!r}, which is not in model.variables; only the "
+                "model's own variables can ship with each delta")
+        out.append({"index": index[id(v)], "name": v.name,
+                    "shape": v.shape.as_list(), "dtype": v.dtype.name})
+    return out
+
+
 def _model_dense(model, entries) -> List[tf.Variable]:
     """The model's variables an export's dense list names, in order."""
-    by_name: Dict[str, list] = {}
-    for v in model.variables:
-        by_name.setdefault(v.name, []).append(v)
+    variables = model.variables
     out = []
     for e in entries:
-        got = by_name.get(e["name"], [])
-        if len(got) != 1:
+        v = variables[e["index"]] if e["index"] < len(variables) else None
+        if v is None or v.shape.as_list() != e["shape"] or \
+                v.dtype.name != e["dtype"]:
             raise ValueError(
-                f"updatable export: dense variable {e['name']!r} matches "
-                f"{len(got)} variables of the model (names must be unique "
-                "to ship dense weights with each delta); give its layer a "
-                "unique name")
-        out.append(got[0])
+                f"publish_delta: the model's variable #{e['index']} is "
+                f"{None if v is None else (v.name, v.shape.as_list())}, but "
+                f"the export serves {e['name']} {e['shape']}: this is not "
+                "the model the export was written from")
+        out.append(v)
     return out
 
 
