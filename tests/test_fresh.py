@@ -317,3 +317,38 @@ def test_publish_under_parameter_server_strategy(tmp_path):
         assert f"version={i + 1}" in line, line
         assert float(line.rsplit("diff=", 1)[1]) <= TOL, line
     assert any("FRESH_PSS_DONE" in line for line in c.lines)
+
+
+class _Dies:
+    """A target whose follower dies after `calls` requests."""
+
+    def __init__(self, inner, calls):
+        self.inner, self.calls, self.name = inner, calls, inner.name
+
+    def call(self, signature, inputs):
+        if signature != fresh.SERVING_VERSION:
+            if self.calls == 0:
+                raise KeyboardInterrupt("follower killed")
+            self.calls -= 1
+        return self.inner.call(signature, inputs)
+
+
+def test_follower_killed_mid_apply_converges(setup):
+    """A delta sent in several apply_rows chunks; the follower dies after
+    the first chunk. The version has not moved, so the restarted follower
+    sends the whole delta again and ends where an uninterrupted one does."""
+    model, rng, export = setup
+    _fit(model, rng, 3, hi=400)
+    tn.saving.publish_delta(model, export)
+    loaded = tf.saved_model.load(export)
+    target = follow.InProcessTarget(loaded)
+    probe = _probe()
+    with pytest.raises(KeyboardInterrupt):
+        follow.Follower(export, [_Dies(target, 1)], chunk_bytes=1024,
+                        say=lambda m: None).step()
+    assert follow.serving_version(target)[0] == 0  # half applied
+    follow.Follower(export, [target], chunk_bytes=1024,
+                    say=lambda m: None).step()
+    assert follow.serving_version(target)[0] == 1
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(model, probe), atol=TOL)
