@@ -76,6 +76,7 @@ import numpy as np
 import tensorflow as tf
 
 from tnet import scopes
+from tnet.saving.files import _fsync_dir, _fsync_file, _is_disk_full
 from tnet.saving.op_check import (ops_of, raise_if_tnet_ops,  # noqa: F401
                                   stock_op_types, strip_cluster_devices,
                                   tnet_ops_in)
@@ -221,13 +222,6 @@ def _is_write_failure(error: BaseException) -> bool:
         "permission denied" in text)
 
 
-def _is_disk_full(error: BaseException) -> bool:
-    text = str(error).lower()
-    return (getattr(error, "errno", None) == errno.ENOSPC
-            or "no space left" in text or "errno = 28" in text
-            or "resource exhausted" in text and "space" in text)
-
-
 def _free_bytes(path: str) -> Optional[int]:
     try:
         return shutil.disk_usage(path).free
@@ -282,20 +276,8 @@ def _fsync_tree(path: str) -> None:
     so a power loss cannot leave a visible version with missing bytes."""
     for root, _, files in os.walk(path):
         for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _fsync_file(os.path.join(root, name))
         _fsync_dir(root)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write(model, path: str, quantize: Optional[str],

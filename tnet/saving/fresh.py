@@ -185,9 +185,20 @@ def _dense_entries(model, dense) -> List[Dict[str, Any]]:
     """Per dense variable of the export: its position in model.variables
     (stable for the same model code in another process, where names may
     carry other suffixes), name, shape and dtype."""
-    index = {id(v): i for i, v in enumerate(model.variables)}
+    index = {}
+    names: Dict[str, list] = {}
+    for i, v in enumerate(model.variables):
+        # Under ParameterServerStrategy model.variables holds wrappers
+        # (AggregatingVariable: `_v`) of what the traced graph captured.
+        for inner in (v, getattr(v, "_v", None), getattr(v, "_variable",
+                                                         None)):
+            if inner is not None:
+                index[id(inner)] = i
+        names.setdefault(v.name, []).append(i)
     out = []
     for v in dense:
+        if id(v) not in index and len(names.get(v.name, [])) == 1:
+            index[id(v)] = names[v.name][0]
         if id(v) not in index:
             raise ValueError(
                 f"updatable export: the serving graph reads variable "
