@@ -116,7 +116,7 @@ def test_publish_apply_matches_training_and_refuses_bad_deltas(setup):
         # New users each round: rows the base never had.
         _fit(model, rng, 2, lo=0, hi=200 + 60 * (k + 1))
         before = _served(loaded, probe)
-        tn.saving.publish_delta(model, export)
+        tn.saving.publish_delta(model, export, compact_at=None)
         assert follower.step() == {target.name: k + 1}
         got, want = _served(loaded, probe), _trained(model, probe)
         np.testing.assert_allclose(got, want, atol=TOL)
@@ -128,7 +128,7 @@ def test_publish_apply_matches_training_and_refuses_bad_deltas(setup):
     step = int(model.optimizer.iterations.numpy())
     evicted = int(table.evict(ttl_steps=1, current_step=step))
     assert evicted > 0
-    path = tn.saving.publish_delta(model, export)
+    path = tn.saving.publish_delta(model, export, compact_at=None)
     manifest = json.load(open(os.path.join(path, fresh.MANIFEST)))
     assert manifest["tables"]["user_id"]["deleted"] == evicted
     follower.step()
@@ -155,7 +155,7 @@ def test_publish_apply_matches_training_and_refuses_bad_deltas(setup):
 
     # Corrupted / truncated / gap: the follower refuses with one line.
     _fit(model, rng, 2)
-    path = tn.saving.publish_delta(model, export)
+    path = tn.saving.publish_delta(model, export, compact_at=None)
     payload_file = os.path.join(path, fresh.PAYLOAD)
     good = open(payload_file, "rb").read()
     bad = bytearray(good)
@@ -226,7 +226,7 @@ def test_follow_cli_grpc_target_without_tnet(setup, tmp_path):
     try:
         for _ in range(2):
             _fit(model, rng, 2, hi=300)
-            tn.saving.publish_delta(model, export)
+            tn.saving.publish_delta(model, export, compact_at=None)
             done = _follow_cli(export, address)
             assert done.returncode == 0, done.stderr
             np.testing.assert_allclose(_grpc_predict(address, probe),
@@ -251,7 +251,7 @@ def test_follow_cli_grpc_target_without_tnet(setup, tmp_path):
                                    _trained(model, probe), atol=TOL)
         # A corrupted delta: one line on stderr, exit 1, nothing changed.
         _fit(model, rng, 1)
-        path = tn.saving.publish_delta(model, export)
+        path = tn.saving.publish_delta(model, export, compact_at=None)
         with open(os.path.join(path, fresh.PAYLOAD), "r+b") as f:
             f.truncate(100)
         state = _grpc_predict(address, probe)
@@ -278,10 +278,10 @@ def test_trainer_restart_from_older_checkpoint(setup, tmp_path):
     follower = follow.Follower(export, [follow.InProcessTarget(loaded)],
                                say=lambda m: None)
     _fit(model, rng, 2)
-    tn.saving.publish_delta(model, export)
+    tn.saving.publish_delta(model, export, compact_at=None)
     tn.saving.save(model, ckpts, incremental=True)
     _fit(model, rng, 2, lo=1000, hi=1100)  # lost with the trainer
-    tn.saving.publish_delta(model, export)
+    tn.saving.publish_delta(model, export, compact_at=None)
     follower.step()
     probe = _probe()
     probe["user_id"][:20] = np.arange(1000, 1100, 5)
@@ -293,7 +293,7 @@ def test_trainer_restart_from_older_checkpoint(setup, tmp_path):
     assert np.max(np.abs(_served(loaded, probe) - before)) > 1e-4
     fresh.publisher(restarted, export)  # before training resumes
     _fit(restarted, rng, 2, lo=0, hi=100)
-    tn.saving.publish_delta(restarted, export)
+    tn.saving.publish_delta(restarted, export, compact_at=None)
     follower.step()
     np.testing.assert_allclose(_served(loaded, probe),
                                _trained(restarted, probe), atol=TOL)
@@ -339,7 +339,7 @@ def test_follower_killed_mid_apply_converges(setup):
     sends the whole delta again and ends where an uninterrupted one does."""
     model, rng, export = setup
     _fit(model, rng, 3, hi=400)
-    tn.saving.publish_delta(model, export)
+    tn.saving.publish_delta(model, export, compact_at=None)
     loaded = tf.saved_model.load(export)
     target = follow.InProcessTarget(loaded)
     probe = _probe()
@@ -351,4 +351,34 @@ def test_follower_killed_mid_apply_converges(setup):
                     say=lambda m: None).step()
     assert follow.serving_version(target)[0] == 1
     np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(model, probe), atol=TOL)
+
+
+def test_compaction_writes_a_new_base_version(setup):
+    """Once the published rows reach compact_at of the base's, the next
+    publish writes the next version directory (a new updatable base);
+    publishing continues there and the follower serves each replica the
+    deltas of the base it loaded."""
+    model, rng, export = setup
+    old = follow.InProcessTarget(tf.saved_model.load(export), name="old")
+    follower = follow.Follower(export, [old], say=lambda m: None)
+    _fit(model, rng, 2, hi=300)
+    first = tn.saving.publish_delta(model, export, compact_at=0.05)
+    assert first.endswith(os.path.join("deltas", "delta-000001"))
+    follower.step()
+    _fit(model, rng, 2, hi=300)
+    second = tn.saving.publish_delta(model, export, compact_at=0.05)
+    base = os.path.dirname(export)
+    assert second == os.path.join(base, "2")
+    assert fresh.newest_export(export) == second
+    probe = _probe()
+    new = follow.InProcessTarget(tf.saved_model.load(second), name="new")
+    np.testing.assert_allclose(_served(new.loaded, probe),
+                               _trained(model, probe), atol=TOL)
+    _fit(model, rng, 2, hi=300)
+    third = tn.saving.publish_delta(model, export, compact_at=None)
+    assert third.startswith(second + os.sep)
+    follower.targets.append(new)
+    assert follower.step() == {"old": 1, "new": 1}
+    np.testing.assert_allclose(_served(new.loaded, probe),
                                _trained(model, probe), atol=TOL)

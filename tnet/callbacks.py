@@ -389,12 +389,15 @@ class PublishDeltas(tf_keras.callbacks.Callback):
     publishes at epoch ends (choose the interval with `steps_per_epoch`),
     after Keras has joined the workers.
 
-    `published` lists the delta directories written by this callback.
+    `compact_at`: see `tn.saving.publish_delta` (a new base version when
+    the published rows reach that fraction of the base's; None: never).
+    `published` lists the delta (or new base) directories it wrote.
     """
 
     def __init__(self, export_dir: str, every_n_steps: Optional[int] = None,
                  every_seconds: Optional[float] = None,
-                 at_train_end: bool = True):
+                 at_train_end: bool = True,
+                 compact_at: Optional[float] = 0.1):
         super().__init__()
         if every_n_steps is not None and (
                 isinstance(every_n_steps, bool) or int(every_n_steps) < 1):
@@ -408,6 +411,7 @@ class PublishDeltas(tf_keras.callbacks.Callback):
         self.every_seconds = (float(every_seconds) if every_seconds
                               else None)
         self.at_train_end = at_train_end
+        self.compact_at = compact_at
         self.published = []
         self._publisher = None
         self._last_time = 0.0
@@ -421,7 +425,8 @@ class PublishDeltas(tf_keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         import time  # noqa: PLC0415
         from tnet.saving import fresh  # noqa: PLC0415
-        self._publisher = fresh.publisher(self.model, self.export_dir)
+        self._publisher = fresh.publisher(
+            self.model, fresh.newest_export(self.export_dir))
         self._last_time = time.monotonic()
         self._last_step = _iterations(self.model)
 
@@ -430,7 +435,9 @@ class PublishDeltas(tf_keras.callbacks.Callback):
         step = _iterations(self.model)
         if step == self._last_step and self.published:
             return
-        self.published.append(self._publisher.publish())
+        from tnet.saving import fresh  # noqa: PLC0415
+        self.published.append(fresh.publish_delta(
+            self.model, self.export_dir, compact_at=self.compact_at))
         self._last_time = time.monotonic()
         self._last_step = step
 

@@ -127,7 +127,7 @@ def main():
         _fill(table, order[i * per:(i + 1) * per].astype(np.int64), step, rng)
         model.optimizer.iterations.assign(step + 1)
         t = time.perf_counter()
-        path = tn.saving.publish_delta(model, export)
+        path = tn.saving.publish_delta(model, export, compact_at=None)
         publish = time.perf_counter() - t
         t = time.perf_counter()
         follower.step()

@@ -89,7 +89,7 @@ def main():
              "city": np.array([f"c{i % 33}".encode() for i in range(100)],
                               dtype=object)}
     fit(model, strategy, 1, 300, 3,
-        [tn.callbacks.PublishDeltas(export, every_n_steps=4,
+        [tn.callbacks.PublishDeltas(export, every_n_steps=4, compact_at=None,
                                     at_train_end=False),
          Check(follower, loaded, probe)])
     print("FRESH_PSS_DONE", flush=True)

@@ -227,9 +227,11 @@ def _model_dense(model, entries) -> List[tf.Variable]:
 
 
 # ------------------------------------------------------------ delta files
-def read_info(export_dir: str) -> Dict[str, Any]:
+def read_info(export_dir: str, full: bool = False) -> Dict[str, Any]:
     with open(os.path.join(export_dir, INFO_FILE)) as f:
         info = json.load(f)
+    if full:
+        return info
     if "updatable" not in info:
         raise DeltaError(f"{export_dir} is not an updatable export "
                          "(export it with export_for_serving(..., "
@@ -516,12 +518,70 @@ def publisher(model, export_dir: str) -> DeltaPublisher:
     return per_model[export_dir]
 
 
-def publish_delta(model, export_dir: str) -> str:
+def versions_of(base_path: str) -> List[int]:
+    """Numeric version directories of a TF Serving base path that hold an
+    updatable export, sorted."""
+    out = []
+    if os.path.isdir(base_path):
+        for name in os.listdir(base_path):
+            if name.isdigit() and os.path.exists(os.path.join(
+                    base_path, name, INFO_FILE)):
+                out.append(int(name))
+    return sorted(out)
+
+
+def newest_export(export_dir: str) -> str:
+    """`export_dir` itself, or, when it is a numeric version directory (or
+    a base path of them), the newest updatable version beside it: where
+    publishing continues after a compaction wrote a new base."""
+    export_dir = os.path.abspath(os.fspath(export_dir))
+    if os.path.basename(export_dir).isdigit():
+        base = os.path.dirname(export_dir)
+    elif versions_of(export_dir):
+        base = export_dir
+    else:
+        return export_dir
+    versions = [v for v in versions_of(base)
+                if "updatable" in read_info(os.path.join(base, str(v)),
+                                            full=True)]
+    return os.path.join(base, str(versions[-1])) if versions else export_dir
+
+
+def publish_delta(model, export_dir: str,
+                  compact_at: Optional[float] = 0.1) -> str:
     """Publishes the rows changed (and keys freed) since the last publish,
     and the dense weights, as the next numbered delta of the updatable
-    export `export_dir`. Returns the delta's directory."""
+    export `export_dir` (a numeric version directory such as
+    `/models/ranker/1`, or its base path `/models/ranker`: publishing goes
+    to the newest version). Returns the delta's directory.
+
+    Compaction: when the rows published since the base (rows + freed
+    keys of its deltas) have reached `compact_at` times the base's rows,
+    a new base is exported
+    instead, as the next version directory (`/models/ranker/2`, with
+    updatable=True), and its path is returned; TF Serving loads it by
+    itself and the follower follows each replica's base. None: never.
+    """
     if tf.distribute.has_strategy():
         raise RuntimeError("publish_delta was called inside a distribution "
                            "strategy scope; call it outside "
                            "`strategy.scope()` (as export_for_serving)")
-    return publisher(model, export_dir).publish()
+    current = newest_export(export_dir)
+    pub = publisher(model, current)
+    if compact_at is not None and os.path.basename(current).isdigit():
+        base_rows = max(1, sum(int(t.get("rows") or 0) for t in read_info(
+            current, full=True)["tables"].values()))
+        published = 0
+        for v in list_deltas(current):
+            published += sum(c["rows"] + c["deleted"] for c in
+                             read_manifest(current, v)["tables"].values())
+        if published >= compact_at * base_rows:
+            from tnet.saving.export import (  # noqa: PLC0415
+                export_for_serving)
+            nxt = os.path.join(os.path.dirname(current),
+                               str(int(os.path.basename(current)) + 1))
+            path = export_for_serving(model, nxt, updatable=True)
+            publisher(model, path)  # starts at the new base's step
+            pub.close()
+            return path
+    return pub.publish()

@@ -97,7 +97,7 @@ class Follower:
 
     def __init__(self, export_dir: str, targets: List,
                  chunk_bytes: int = CHUNK_BYTES, say=None):
-        self.export_dir = os.path.abspath(export_dir)
+        self.export_dir = fresh.newest_export(export_dir)
         self.info = fresh.read_info(self.export_dir)
         self.targets = targets
         self.chunk_bytes = chunk_bytes
@@ -106,6 +106,8 @@ class Follower:
                                       "followers")
 
     def _record(self, target, version: int) -> None:
+        self.state_dir = os.path.join(fresh.deltas_dir(self.export_dir),
+                                      "followers")
         os.makedirs(self.state_dir, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "-_." else "_"
                        for c in target.name)
@@ -120,6 +122,8 @@ class Follower:
         os.replace(tmp, path)
 
     def recorded(self, target) -> Optional[int]:
+        self.state_dir = os.path.join(fresh.deltas_dir(self.export_dir),
+                                      "followers")
         safe = "".join(c if c.isalnum() or c in "-_." else "_"
                        for c in target.name)
         try:
@@ -142,11 +146,39 @@ class Follower:
             raise DeltaError("; ".join(errors))
         return out
 
+    def _export_of(self, base_id: str):
+        """(export dir, info) of the version whose base a target serves:
+        after a compaction, a replica serves the old base until TF Serving
+        has loaded the new version directory."""
+        if base_id == self.info["base_id"]:
+            return self.export_dir, self.info
+        parent = os.path.dirname(self.export_dir)
+        for v in reversed(fresh.versions_of(parent)):
+            path = os.path.join(parent, str(v))
+            info = fresh.read_info(path, full=True).get("updatable")
+            if info and info["base_id"] == base_id:
+                return path, info
+        raise DeltaError(f"serves base {base_id}, which no export in "
+                         f"{parent} has")
+
     def _follow(self, target) -> int:
+        # The newest base beside ours (a compaction may have written one).
+        newest = fresh.newest_export(self.export_dir)
+        if newest != self.export_dir:
+            self.export_dir, self.info = newest, fresh.read_info(newest)
         current, base = serving_version(target)
-        if base != self.info["base_id"]:
-            raise DeltaError(f"serves base {base}, not the base "
-                             f"{self.info['base_id']} of {self.export_dir}")
+        export_dir, info = self._export_of(base)
+        return self._follow_export(target, current, export_dir, info)
+
+    def _follow_export(self, target, current, export_dir, info) -> int:
+        saved = self.export_dir, self.info
+        self.export_dir, self.info = export_dir, info
+        try:
+            return self._apply_newer(target, current)
+        finally:
+            self.export_dir, self.info = saved
+
+    def _apply_newer(self, target, current) -> int:
         recorded = self.recorded(target)
         if recorded is not None and current < recorded:
             self.say(f"{target.name} is at version {current} (recorded "
