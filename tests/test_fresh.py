@@ -382,3 +382,23 @@ def test_compaction_writes_a_new_base_version(setup):
     assert follower.step() == {"old": 1, "new": 1}
     np.testing.assert_allclose(_served(new.loaded, probe),
                                _trained(model, probe), atol=TOL)
+
+
+def test_publish_deltas_callback_in_fit(setup, tmp_path):
+    model, rng, export = setup
+    cb = tn.callbacks.PublishDeltas(export, every_n_steps=2, compact_at=None)
+    feats, labels = _batch(rng, 32 * 5, 0, 300)
+    model.fit(tf.data.Dataset.from_tensor_slices((feats, labels)).batch(32),
+              epochs=1, verbose=0, callbacks=[
+                  tn.callbacks.Checkpoint(str(tmp_path / "ckpt"),
+                                          every_n_steps=2, incremental=True),
+                  cb])
+    # Steps 3..8: publishes at 4, 6, 8 (crossings of 2) and none at the end.
+    assert [os.path.basename(p) for p in cb.published] == [
+        "delta-000001", "delta-000002", "delta-000003"]
+    loaded = tf.saved_model.load(export)
+    follow.Follower(export, [follow.InProcessTarget(loaded)],
+                    say=lambda m: None).step()
+    probe = _probe()
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(model, probe), atol=TOL)
