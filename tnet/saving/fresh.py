@@ -561,11 +561,10 @@ def publish_delta(model, export_dir: str,
     instead, as the next version directory (`/models/ranker/2`, with
     updatable=True), and its path is returned; TF Serving loads it by
     itself and the follower follows each replica's base. None: never.
+    Inside a distribution strategy scope (a callback under
+    ParameterServerStrategy) no base can be exported: a delta is
+    published and a warning logged.
     """
-    if tf.distribute.has_strategy():
-        raise RuntimeError("publish_delta was called inside a distribution "
-                           "strategy scope; call it outside "
-                           "`strategy.scope()` (as export_for_serving)")
     current = newest_export(export_dir)
     pub = publisher(model, current)
     if compact_at is not None and os.path.basename(current).isdigit():
@@ -575,7 +574,16 @@ def publish_delta(model, export_dir: str,
         for v in list_deltas(current):
             published += sum(c["rows"] + c["deleted"] for c in
                              read_manifest(current, v)["tables"].values())
-        if published >= compact_at * base_rows:
+        if published >= compact_at * base_rows and \
+                tf.distribute.has_strategy():
+            # Keras runs callbacks inside the strategy's scope, where an
+            # export's variables would be created on ps tasks.
+            logger.warning(
+                "%s: the overlay passed compact_at=%s but publish_delta runs "
+                "inside a distribution strategy scope, where a new base "
+                "cannot be exported; publishing a delta (export a new base "
+                "outside the scope, e.g. after fit)", current, compact_at)
+        elif published >= compact_at * base_rows:
             from tnet.saving.export import (  # noqa: PLC0415
                 export_for_serving)
             nxt = os.path.join(os.path.dirname(current),
