@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-long test-all build bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra
+.PHONY: demo test test-long test-all build bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,11 @@ STRUCTURE_ROWS ?= 20000000
 bench-scale: build
 	$(PY) tools/bench_scale.py --rows $(ROWS) --pss_rows $(PSS_ROWS) \
 	    --structure_rows $(STRUCTURE_ROWS)
+
+# Fresh models in serving: a 1% delta vs a full export + load, overlay latency.
+FRESH_ROWS ?= 10000000
+bench-fresh: build
+	$(PY) tools/bench_fresh.py --rows $(FRESH_ROWS)
 
 # Admission / cap vs AUC on >= 10M distinct synthetic keys, plus a PNG.
 bench-lifecycle: build

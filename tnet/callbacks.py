@@ -18,7 +18,7 @@ from tnet import distribute as tn_distribute
 from tnet.saving import checkpoint as ckpt
 from tnet.saving.files import logger as _ckpt_logger
 
-__all__ = ["Checkpoint", "TableMaintenance"]
+__all__ = ["Checkpoint", "TableMaintenance", "PublishDeltas"]
 
 
 class _ResumeCounters:
@@ -369,3 +369,96 @@ def _under_pss(model) -> bool:
         strategy = tf.distribute.get_strategy()
     return strategy is not None and tn_distribute.is_parameter_server_strategy(
         strategy)
+
+
+class PublishDeltas(tf_keras.callbacks.Callback):
+    """Publishes deltas of the model into an updatable export during `fit`.
+
+    `tn.saving.publish_delta(model, export_dir)` (see `tnet.saving.fresh`)
+    runs when `optimizer.iterations` crosses a multiple of `every_n_steps`,
+    or `every_seconds` after the previous publish (checked after each
+    batch), and at train end. `export_dir` must hold an export written with
+    `export_for_serving(model, export_dir, updatable=True)`.
+
+    Put it after `tn.callbacks.Checkpoint` in the callback list: the
+    publisher starts at `on_train_begin`, after the restore, so a trainer
+    that restarted from a checkpoint older than its last publish
+    re-publishes what the served model may hold beyond it.
+
+    ParameterServerStrategy: Keras calls no batch hooks there, so it
+    publishes at epoch ends (choose the interval with `steps_per_epoch`),
+    after Keras has joined the workers.
+
+    `compact_at`: see `tn.saving.publish_delta` (a new base version when
+    the published rows reach that fraction of the base's; None: never).
+    `published` lists the delta (or new base) directories it wrote.
+    """
+
+    def __init__(self, export_dir: str, every_n_steps: Optional[int] = None,
+                 every_seconds: Optional[float] = None,
+                 at_train_end: bool = True,
+                 compact_at: Optional[float] = 0.1):
+        super().__init__()
+        if every_n_steps is not None and (
+                isinstance(every_n_steps, bool) or int(every_n_steps) < 1):
+            raise ValueError(f"every_n_steps must be a positive int or None, "
+                             f"got {every_n_steps!r}")
+        if every_seconds is not None and float(every_seconds) <= 0:
+            raise ValueError(f"every_seconds must be > 0 or None, got "
+                             f"{every_seconds!r}")
+        self.export_dir = os.path.abspath(os.fspath(export_dir))
+        self.every_n_steps = int(every_n_steps) if every_n_steps else None
+        self.every_seconds = (float(every_seconds) if every_seconds
+                              else None)
+        self.at_train_end = at_train_end
+        self.compact_at = compact_at
+        self.published = []
+        self._publisher = None
+        self._last_time = 0.0
+        self._last_step = 0
+
+    def _implements_train_batch_hooks(self):
+        return (self.every_n_steps is not None
+                or self.every_seconds is not None) and not _under_pss(
+                    self.model)
+
+    def on_train_begin(self, logs=None):
+        import time  # noqa: PLC0415
+        from tnet.saving import fresh  # noqa: PLC0415
+        self._publisher = fresh.publisher(
+            self.model, fresh.newest_export(self.export_dir))
+        self._last_time = time.monotonic()
+        self._last_step = _iterations(self.model)
+
+    def _publish(self):
+        import time  # noqa: PLC0415
+        step = _iterations(self.model)
+        if step == self._last_step and self.published:
+            return
+        from tnet.saving import fresh  # noqa: PLC0415
+        self.published.append(fresh.publish_delta(
+            self.model, self.export_dir, compact_at=self.compact_at))
+        self._last_time = time.monotonic()
+        self._last_step = step
+
+    def _due(self) -> bool:
+        import time  # noqa: PLC0415
+        step = _iterations(self.model)
+        if self.every_n_steps and (step // self.every_n_steps
+                                   > self._last_step // self.every_n_steps):
+            return True
+        return bool(self.every_seconds and time.monotonic() - self._last_time
+                    >= self.every_seconds)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._due():
+            self._publish()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if _under_pss(self.model) and (self._due() or self.every_n_steps is
+                                       None and self.every_seconds is None):
+            self._publish()
+
+    def on_train_end(self, logs=None):
+        if self.at_train_end and _iterations(self.model) != self._last_step:
+            self._publish()

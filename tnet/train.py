@@ -95,6 +95,10 @@ flags.DEFINE_string("export_dir", "", "If set, export a SavedModel for "
                     "check it in a fresh process without tnet.")
 flags.DEFINE_enum("quantize", None, ["float16", "int8"], "Embedding storage "
                   "of the export (default float32).")
+flags.DEFINE_bool("updatable_export", False, "Write the export with "
+                  "updatable=True (an overlay and the apply_delta "
+                  "signatures): tn.saving.publish_delta and python -m "
+                  "tnet.serving.follow can then keep it fresh.")
 flags.DEFINE_string("checkpoint_dir", "", "Checkpoints (tables + dense "
                     "state) go here; training resumes from the newest one. "
                     "Empty: no checkpoints.")
@@ -333,11 +337,13 @@ def export_and_check(model, spec, version: int | None = None,
     # call, as Keras' model.save does (ragged ids -> padded [None, None]).
     expected = model(features, training=False).numpy()[:256].reshape(-1)
     path = tn.saving.export_for_serving(model, version,
-                                        quantize=FLAGS.quantize)
+                                        quantize=FLAGS.quantize,
+                                        updatable=FLAGS.updatable_export)
     sample = {k: _serving_array(v)[:256] for k, v in features.items()}
     sample_path = _save_sample(__expected__=expected, **sample)
     tolerance = {None: 1e-5, "float16": 1e-3, "int8": 1e-2}[FLAGS.quantize]
-    result = {"path": path, "quantize": FLAGS.quantize}
+    result = {"path": path, "quantize": FLAGS.quantize,
+              "updatable": FLAGS.updatable_export}
     result["checked_without_tnet"] = _run_checker(
         "check.py", path, sample_path, tolerance)
     return result

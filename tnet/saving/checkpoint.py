@@ -115,7 +115,8 @@ import tensorflow as tf
 from tnet.saving.delta_marks import (
     _deleted_keys, _set_marks, _table_changes)
 from tnet.saving.files import (
-    _default_progress, _fsync_dir, _fsync_file, _Progress, _safe_name, _sha256,
+    _default_progress, _fsync_dir, _fsync_file, _is_disk_full, _Progress,
+    _safe_name, _sha256,
     Progress)
 from tnet.saving.h5parts import _Part
 from tnet.saving.manifest import (
@@ -270,12 +271,6 @@ def _check_free_space(model, tables, directory: str, final: str) -> None:
             f"the file system of {directory} is full ({free:,} bytes free): free "
             "space or save to another directory. Nothing was written; the newest "
             f"complete checkpoint is {previous or '(none)'}.", final, errno.ENOSPC)
-
-
-def _is_disk_full(error: BaseException) -> bool:
-    text = str(error).lower()
-    return (getattr(error, "errno", None) == errno.ENOSPC or "no space left" in text
-            or "errno = 28" in text)
 
 
 def _delta_parent(directory, tables, step, train_step, full_every):
