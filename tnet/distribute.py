@@ -16,6 +16,8 @@ import ctypes
 import ctypes.util
 import json
 import os
+import re
+import sys
 from typing import Any, Dict, Optional
 
 import tensorflow as tf
@@ -45,6 +47,81 @@ def pin_mmap_threshold() -> bool:
         return bool(libc.mallopt(_M_MMAP_THRESHOLD, value))
     except (OSError, AttributeError):
         return False
+
+
+# gRPC channel options every task of a cluster uses unless the environment
+# sets TF_GRPC_DEFAULT_OPTIONS itself (TensorFlow reads it when it opens a
+# channel: "name=value,name=value"). Keepalive pings find a peer that went
+# silent (cut link, paused host) instead of waiting on its TCP connection
+# forever; see README "Failures across hosts" for what was measured.
+GRPC_DEFAULT_OPTIONS = ("grpc.keepalive_time_ms=5000,"
+                        "grpc.keepalive_timeout_ms=5000")
+
+
+# How long the chief lets closures fail on a ps that does not answer (link
+# down, host paused) before it gives up on the job (TNET_PS_TIMEOUT). A ps
+# that refuses connections (its process is gone) ends the job at once.
+DEFAULT_PS_TIMEOUT = 60.0
+
+
+def ps_timeout() -> float:
+    return float(os.environ.get("TNET_PS_TIMEOUT", DEFAULT_PS_TIMEOUT))
+
+
+def _install_ps_failure_policy() -> None:
+    """Replaces ClusterCoordinator's count of ignored ps failures by a time
+    budget.
+
+    TensorFlow ignores the first TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES
+    (3) closure failures that name a ps over the whole job, then fails it.
+    A ps cut off for 20 s makes every worker's closures fail every few
+    seconds (keepalive), so the count runs out during one partition and the
+    job dies, or survives, by chance. tnet's rule instead: a ps that refuses
+    connections is dead (fail now); a ps that does not answer is retried
+    while it has been failing for less than `ps_timeout()` seconds (a
+    failure more than that after the previous one starts a new count).
+    Setting TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES keeps TensorFlow's
+    rule."""
+    from tensorflow.python.distribute.coordinator import (  # noqa: PLC0415
+        cluster_coordinator as cc)
+    if getattr(cc.Cluster, "_tnet_policy", False) or \
+            "TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES" in os.environ:
+        return
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+    lock = threading.Lock()
+    streaks: Dict[int, list] = {}   # ps index -> [first, last] failure time
+
+    def ignore_transient_ps_failure(self, e):
+        if not cc._is_ps_failure(e):  # noqa: SLF001
+            return False
+        text = str(e)
+        if "Connection refused" in text or "connection refused" in text:
+            return False
+        now, budget = time.monotonic(), ps_timeout()
+        tasks = cc._extract_failed_ps_instances(text)  # noqa: SLF001
+        with lock:
+            for t in tasks:
+                streak = streaks.get(t)
+                if streak is None or now - streak[1] > budget:
+                    streak = streaks[t] = [now, now]
+                streak[1] = now
+                if now - streak[0] > budget:
+                    return False
+        return bool(tasks)
+
+    cc.Cluster._record_and_ignore_transient_ps_failure = (  # noqa: SLF001
+        ignore_transient_ps_failure)
+    cc.Cluster._tnet_policy = True  # noqa: SLF001
+
+
+def set_grpc_defaults() -> str:
+    """Sets TF_GRPC_DEFAULT_OPTIONS to tnet's keepalive defaults unless it is
+    set already (empty: TensorFlow's own defaults); returns the value used.
+    Called by `python -m tnet.server` and `ParameterServerStrategy()` before
+    any channel opens."""
+    return os.environ.setdefault("TF_GRPC_DEFAULT_OPTIONS",
+                                 GRPC_DEFAULT_OPTIONS)
 
 
 class ClusterConfigError(ValueError):
@@ -131,6 +208,8 @@ def ParameterServerStrategy(variable_partitioner=None,  # noqa: N802
             "builds the strategy. Start ps and worker tasks with "
             "`python -m tnet.server`.")
     pin_mmap_threshold()
+    set_grpc_defaults()
+    _install_ps_failure_policy()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return tf.distribute.ParameterServerStrategy(
         resolver, variable_partitioner=variable_partitioner)
@@ -159,32 +238,91 @@ def unreachable_tasks(config: Optional[Dict[str, Any]] = None,
 
 
 class LostTaskError(RuntimeError):
-    """A ps task of the cluster died; the job cannot go on without it."""
+    """A ps task of the cluster died or is cut off; the job cannot go on
+    without it. `tasks` names them ("ps:1")."""
+
+    def __init__(self, message: str, tasks=()):
+        super().__init__(message)
+        self.tasks = list(tasks)
+
+
+_TASK_IN_ERROR = re.compile(r"/job:(ps|worker|chief)/replica:\d+/task:(\d+)")
+_REMOTE_TARGET = re.compile(
+    r"remote target /job:(ps|worker|chief)/replica:\d+/task:(\d+)")
+
+
+def tasks_named_in(error: BaseException, job: str = "ps"):
+    """Tasks of `job` an error's text names ("ps:1"), those it names as the
+    gRPC remote target first (TensorFlow's "GRPC error information from
+    remote target /job:ps/replica:0/task:1"), in order, without repeats."""
+    text = str(error)
+    out = []
+    for pattern in (_REMOTE_TARGET, _TASK_IN_ERROR):
+        for kind, index in pattern.findall(text):
+            name = f"{kind}:{index}"
+            if kind == job and name not in out:
+                out.append(name)
+    return out
+
+
+_CLUSTER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
+                   tf.errors.CancelledError, tf.errors.InternalError,
+                   tf.errors.NotFoundError, tf.errors.InvalidArgumentError,
+                   tf.errors.DeadlineExceededError, tf.errors.UnknownError,
+                   tf.errors.FailedPreconditionError)
 
 
 def explain_failure(error: BaseException) -> Optional[LostTaskError]:
-    """If a cluster failure was caused by a lost ps task, a LostTaskError
-    naming it (and what to do); otherwise None."""
-    if not isinstance(error, (tf.errors.UnavailableError,
-                              tf.errors.AbortedError,
-                              tf.errors.CancelledError,
-                              tf.errors.InternalError,
-                              tf.errors.NotFoundError,
-                              tf.errors.InvalidArgumentError)):
+    """If a cluster failure was caused by a lost (dead or unreachable) ps
+    task, a LostTaskError naming it and what to do; otherwise None.
+
+    The task is the one TensorFlow's error names (its text carries
+    `/job:ps/replica:0/task:N`); only an error that names no ps task falls
+    back to probing each ps address with a TCP connection."""
+    if not isinstance(error, _CLUSTER_ERRORS):
         return None
     config = parse_tf_config()
     if config is None:
         return None
-    lost = unreachable_tasks(config, jobs=("ps",))
+    ps = config["cluster"].get("ps", [])
+    named = [t for t in tasks_named_in(error, "ps")
+             if int(t.split(":")[1]) < len(ps)]
+    if named and (isinstance(error, (tf.errors.UnavailableError,
+                                     tf.errors.DeadlineExceededError,
+                                     tf.errors.AbortedError))
+                  or "GRPC error information from remote target /job:ps"
+                  in str(error) or "unreachable" in str(error).lower()):
+        lost = [(t, ps[int(t.split(":")[1])], "named in the error")
+                for t in named]
+    else:
+        lost = unreachable_tasks(config, jobs=("ps",))
     if not lost:
         return None
-    names = ", ".join(f"{name} ({address}: {why})" for name, address, why in lost)
+    names = ", ".join(f"{name} ({address})" for name, address, _ in lost)
+    first = " ".join(str(error).split())[:300]
     return LostTaskError(
-        f"lost parameter server task(s) {names}. The tables and dense "
-        "variables on a ps are gone with it, so training cannot continue: "
-        "restart the whole cluster; with checkpoints enabled training resumes "
+        f"lost parameter server task(s) {names}: dead or cut off from the "
+        "cluster. The tables and dense variables on a ps cannot be rebuilt "
+        "from the other tasks, so training cannot continue: restart the "
+        "whole cluster (tnet.launch --restarts N, or a TFJob restartPolicy "
+        "of OnFailure/ExitCode); with checkpoints enabled training resumes "
         f"from the newest one. Original error: {type(error).__name__}: "
-        f"{str(error).splitlines()[0][:300]}")
+        f"{first}", [name for name, _, _ in lost])
+
+
+def exit_now(code: int) -> None:
+    """Flushes stdout/stderr and ends the process at once with `code`.
+
+    After a lost ps, a normal interpreter exit tears down the eager context,
+    which tries to remove every function from every remote task and waits
+    on the dead one (measured: 1 s, 10 s or 100 s); a program that has
+    already reported the failure has nothing left to clean up."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def is_parameter_server_strategy(strategy=None) -> bool:

@@ -450,7 +450,7 @@ def main(argv):
         if lost is None:
             raise
         print(f"tnet.train: {lost}", file=sys.stderr, flush=True)
-        return 3
+        tn.distribute.exit_now(3)  # no teardown waiting on the lost task
     return 0
 
 
