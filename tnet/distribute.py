@@ -114,6 +114,31 @@ def _install_ps_failure_policy() -> None:
         ignore_transient_ps_failure)
     cc.Cluster._tnet_policy = True  # noqa: SLF001
 
+    # A step that failed on a ps is put back and run again, but the worker's
+    # dataset iterator it was reading from may have been cancelled in the
+    # middle of a GetNext; such an iterator answers "End of sequence" from
+    # then on, and fit died with "input ran out of data" (measured, ps cut
+    # 20 s). After such a failure tnet rebuilds that worker's resources (its
+    # datasets and iterators, as TensorFlow does for a recovered worker)
+    # before it runs the step again.
+    original = cc.WorkerPreemptionHandler.wait_on_failure
+
+    def wait_on_failure(self, on_failure_fn=None, on_transient_failure_fn=None,
+                        on_recovery_fn=None, worker_device_name="(unknown)"):
+        def transient():
+            if on_transient_failure_fn is not None:
+                on_transient_failure_fn()
+            try:
+                index = int(worker_device_name.rsplit(":", 1)[1])
+                worker = self._cluster.workers[index]  # noqa: SLF001
+            except (ValueError, IndexError, AttributeError):
+                return
+            worker._on_worker_recovery()  # noqa: SLF001
+        return original(self, on_failure_fn, transient, on_recovery_fn,
+                        worker_device_name)
+
+    cc.WorkerPreemptionHandler.wait_on_failure = wait_on_failure
+
 
 def set_grpc_defaults() -> str:
     """Sets TF_GRPC_DEFAULT_OPTIONS to tnet's keepalive defaults unless it is
