@@ -11,6 +11,7 @@ import time
 import pytest
 
 import tnet as tn
+import tensorflow as tf
 from tests.conftest import ROOT, data_file
 from tests.support.cluster import assert_all_stopped, env as _env
 from tests.support.cluster import cluster as start_cluster
@@ -116,3 +117,41 @@ def test_malformed_tf_config_is_a_clear_error(tf_config, match):
         assert match in res.stderr
         assert "Traceback" not in res.stderr
         assert "serving at" not in res.stdout  # nothing started
+
+
+def test_lost_ps_is_named_from_the_error_not_a_probe(monkeypatch):
+    """The error text names the lost ps (/job:ps/replica:0/task:1); the
+    addresses all accept connections, so a TCP probe would name none."""
+    import socket
+    socks = [socket.socket() for _ in range(3)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+        addr = [f"127.0.0.1:{s.getsockname()[1]}" for s in socks]
+        monkeypatch.setenv("TF_CONFIG", json.dumps(
+            {"cluster": {"chief": [addr[0]], "worker": ["127.0.0.1:1"],
+                         "ps": addr[1:]},
+             "task": {"type": "chief", "index": 0}}))
+        assert tn.distribute.unreachable_tasks(jobs=("ps",)) == []
+        error = tf.errors.UnavailableError(
+            None, None, "Graph execution error:\n2 root error(s) found.\n"
+            "(0) UNAVAILABLE: recvmsg:Connection timed out\nAdditional GRPC "
+            "error information from remote target /job:ps/replica:0/task:1/"
+            "device:CPU:0 while calling /tensorflow.eager.EagerService/"
+            "RunComponentFunction")
+        lost = tn.distribute.explain_failure(error)
+        assert isinstance(lost, tn.distribute.LostTaskError)
+        assert lost.tasks == ["ps:1"]
+        message = str(lost)
+        assert message.startswith(f"lost parameter server task(s) ps:1 ({addr[2]})")
+        assert "\n" not in message and "--restarts" in message
+        # A bad-input error raised by an op placed on a ps is not a lost ps.
+        bad = tf.errors.InvalidArgumentError(
+            None, None, "ids must be int64 [[{{node x}}]] on "
+            "/job:ps/replica:0/task:0/device:CPU:0")
+        assert tn.distribute.explain_failure(bad) is None
+        assert tn.distribute.explain_failure(ValueError("x")) is None
+    finally:
+        for s in socks:
+            s.close()

@@ -30,6 +30,7 @@ CUT_SECONDS = float(os.environ.get("TNET_HOSTS_CUT_SECONDS", "20"))
 PORT = 2222
 STEPS = 100            # steps per epoch of hosts_train.py (25600 rows / 256)
 DETECT_BOUND = 15.0    # s from a cut to the chief's "Worker ... failed"
+END_BOUND = 15.0       # s from the end of fit to the chief's exit
 scenario = pytest.mark.skipif(
     os.environ.get("TNET_HOSTS_SCENARIOS") != "1",
     reason="fault scenario across network namespaces: run by make test-hosts")
@@ -155,8 +156,12 @@ def test_worker_partition_job_finishes_and_the_other_worker_trains(
         (detected and detected - cut, out[-3000:])
     before = run.rate(cut - 6, cut)
     during = run.rate(detected + 1, heal)
+    done, exited = run.first(r"HOSTS_DONE", heal), run.first(
+        r"\[launch\] chief exited", heal)
     print(f"worker cut: detected after {detected - cut:.1f}s, steps/s "
-          f"before {before:.1f}, during {during:.1f} ({during / before:.2f}x)")
+          f"before {before:.1f}, during {during:.1f} ({during / before:.2f}x), "
+          f"chief exit {exited - done:.1f}s after fit")
+    assert exited - done <= END_BOUND, exited - done
     assert during >= 0.4 * before, (before, during)
     assert run.saved() == [STEPS * e for e in range(1, 17)], run.saved()
     assert f"HOSTS_DONE iterations={16 * STEPS} planned={16 * STEPS}" in out

@@ -214,6 +214,7 @@ def _run_once(cluster: Dict[str, List[str]], command: List[str],
             time.sleep(0.1)
         else:
             status = chief_status = chief.proc.returncode
+            print(f"[launch] chief exited with {status}", flush=True)
             died = [t for t in servers if t.proc.poll() not in (None, 0)
                     and not t.stopping]
             for t in died:
