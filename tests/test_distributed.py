@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -155,3 +156,27 @@ def test_lost_ps_is_named_from_the_error_not_a_probe(monkeypatch):
     finally:
         for s in socks:
             s.close()
+
+
+def test_launch_restarts_the_whole_cluster_after_a_failed_chief(tmp_path):
+    """--restarts 2: a chief that exits 3 is restarted with new ps and
+    worker processes; a bad-flags exit (2) is not restarted."""
+    chief = [sys.executable, "-c",
+             "import os, sys; a = int(os.environ['TNET_LAUNCH_ATTEMPT']); "
+             "print('ATTEMPT', a, flush=True); sys.exit(0 if a == 1 else 3)"]
+    launch = [sys.executable, "-m", "tnet.launch", "--ps", "1", "--workers",
+              "1", "--restart_delay", "0"]
+    res = subprocess.run(launch + ["--restarts", "2", "--"] + chief, cwd=ROOT,
+                         env=_env(), capture_output=True, text=True, timeout=300)
+    out = res.stdout
+    assert res.returncode == 0, out[-3000:]
+    assert [l.split()[-1] for l in out.splitlines() if "ATTEMPT" in l] == \
+        ["0", "1"]
+    assert out.count("[launch] restarting the whole cluster (restart 1 of 2)"
+                     " after exit 3") == 1
+    pids = re.findall(r"\[launch\] ps:0 pid=(\d+)", out)
+    assert len(set(pids)) == 2  # a new ps
+    bad = [sys.executable, "-c", "import sys; sys.exit(2)"]
+    res = subprocess.run(launch + ["--restarts", "2", "--"] + bad, cwd=ROOT,
+                         env=_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "restarting" not in res.stdout

@@ -12,16 +12,18 @@ probability (2/3)^5 = 13%, 4% at 8).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, data_file
 from tests.support import netns
+from tests.support.cluster import env as one_process_env
 from tnet.launch import LocalCluster
 
 PROGRAM = [sys.executable, str(ROOT / "tests" / "programs" / "hosts_train.py")]
@@ -50,15 +52,16 @@ def hosts():
 class Run:
     """tnet.launch across `hosts` with every output line time-stamped."""
 
-    def __init__(self, hosts, tmp_path, epochs, restarts=0, env=None):
+    def __init__(self, hosts, tmp_path, epochs=0, restarts=0, env=None,
+                 command=None):
         self.stamped = []
         self.spec = netns.tf_cluster(hosts, 2, 2, PORT)
         environ = dict(os.environ, TNET_BIND="strict", PYTHONPATH=str(ROOT),
                        TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
         self.log = open(tmp_path / "cluster.log", "w")
         self.cluster = LocalCluster(
-            2, 2, PROGRAM + ["--dir", str(tmp_path / "ckpt"),
-                             "--epochs", str(epochs)],
+            2, 2, command or PROGRAM + ["--dir", str(tmp_path / "ckpt"),
+                                        "--epochs", str(epochs)],
             timeout=600, cwd=str(ROOT), env=environ, cluster=self.spec,
             task_prefix=netns.task_prefix(hosts), restarts=restarts,
             log=self.log,
@@ -242,3 +245,31 @@ def test_ps_cut_off_past_the_timeout_exits_named(hosts, tmp_path):
     assert line and "ps:1 (" in line, out[-3000:]
     print(f"ps cut for good: chief exited {ended - cut:.1f}s after the cut")
     assert ended - cut <= 10 + 15 + 10, ended - cut  # + detection (keepalive)
+
+
+@scenario
+def test_training_across_hosts_matches_one_process(hosts, tmp_path):
+    """python -m tnet.train (Criteo sample, Wide&Deep) on 2 ps x 2 workers
+    on five hosts reaches the one-process AUC."""
+    data_file("criteo/dev_head10k.tsv")
+    train = [sys.executable, "-m", "tnet.train",
+             f"--flagfile={ROOT / 'configs' / 'wide_deep_criteo.cfg'}"]
+    one = subprocess.run(train + [f"--model_dir={tmp_path / 'one'}"],
+                         cwd=ROOT, env=one_process_env(), capture_output=True,
+                         text=True, timeout=600)
+    assert one.returncode == 0, one.stderr[-3000:]
+    run = Run(hosts, tmp_path, command=train + [
+        f"--model_dir={tmp_path / 'pss'}"])
+    try:
+        code = run.wait(600)
+    finally:
+        run.cluster.kill_all()
+    assert code == 0, run.output[-3000:]
+    a, b = (json.loads((tmp_path / d / "summary.json").read_text())
+            for d in ("one", "pss"))
+    assert b["cluster"] == {"ps": 2, "workers": 2}
+    assert a["eval"]["examples"] == b["eval"]["examples"]
+    print(f"AUC one process {a['eval']['auc']:.4f}, across hosts "
+          f"{b['eval']['auc']:.4f}")
+    assert abs(a["eval"]["auc"] - b["eval"]["auc"]) <= 0.01
+    assert a["eval"]["auc"] > 0.7

@@ -140,6 +140,63 @@ def _install_ps_failure_policy() -> None:
     cc.WorkerPreemptionHandler.wait_on_failure = wait_on_failure
 
 
+DEFAULT_STEP_TIMEOUT = 600.0
+_watchdog = {"installed": False}
+
+
+def _install_step_watchdog() -> None:
+    """Ends the chief when no step of any worker has finished for
+    TNET_STEP_TIMEOUT seconds (default 600; 0 turns it off) while steps are
+    running: the job is stuck (a remote call that never returns), and a
+    restart from the newest checkpoint (tnet.launch --restarts, a TFJob
+    restart policy) is the way on. Prints one line naming the workers whose
+    step has been running that long, then exits with status 3.
+
+    A worker that is lost for good does not trip it while the others keep
+    finishing steps (ClusterCoordinator waits up to an hour for a lost
+    worker to come back)."""
+    timeout = float(os.environ.get("TNET_STEP_TIMEOUT", DEFAULT_STEP_TIMEOUT))
+    if timeout <= 0 or _watchdog["installed"]:
+        return
+    _watchdog["installed"] = True
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+    from tensorflow.python.distribute.coordinator import (  # noqa: PLC0415
+        cluster_coordinator as cc)
+    running: Dict[int, float] = {}
+    last = {"finished": time.monotonic()}
+    original = cc.Worker._process_closure  # noqa: SLF001
+
+    def process_closure(self, closure):
+        running[self.worker_index] = time.monotonic()
+        try:
+            return original(self, closure)
+        finally:
+            running.pop(self.worker_index, None)
+            last["finished"] = time.monotonic()
+
+    cc.Worker._process_closure = process_closure  # noqa: SLF001
+
+    def watch():
+        while True:
+            time.sleep(min(5.0, timeout / 4))
+            now = time.monotonic()
+            stuck = sorted(i for i, t in list(running.items())
+                           if now - t > timeout)
+            if stuck and now - last["finished"] > timeout:
+                names = ", ".join(f"worker:{i}" for i in stuck)
+                print(f"tnet: no step finished for {now - last['finished']:.0f}"
+                      f" s (TNET_STEP_TIMEOUT={timeout:g}); the step on "
+                      f"{names} never returned. Stopping the chief: restart "
+                      "the cluster (tnet.launch --restarts N, or a TFJob "
+                      "restartPolicy) to resume from the newest checkpoint.",
+                      file=sys.stderr, flush=True)
+                exit_now(3)
+
+    threading.Thread(target=watch, name="tnet-step-watchdog",
+                     daemon=True).start()
+
+
 def set_grpc_defaults() -> str:
     """Sets TF_GRPC_DEFAULT_OPTIONS to tnet's keepalive defaults unless it is
     set already (empty: TensorFlow's own defaults); returns the value used.
@@ -235,6 +292,7 @@ def ParameterServerStrategy(variable_partitioner=None,  # noqa: N802
     pin_mmap_threshold()
     set_grpc_defaults()
     _install_ps_failure_policy()
+    _install_step_watchdog()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return tf.distribute.ParameterServerStrategy(
         resolver, variable_partitioner=variable_partitioner)
