@@ -217,9 +217,12 @@ def test_ps_killed_chief_exits_named_and_restart_resumes(hosts, tmp_path, trial)
     assert "HOSTS_RESTORED step=" in out
     restored = int(re.search(r"HOSTS_RESTORED step=(\d+)", out).group(1))
     assert restored in (100, 200)
-    lost = re.search(r"HOSTS_LOST .*", out)
+    lost = re.search(r"newest checkpoint ckpt-(\d+); training had reached "
+                     r"step (\d+): a restart redoes (\d+) steps", line)
     print(f"ps kill: restart {restart - killed:.1f}s after the kill; "
-          f"resumed from ckpt-{restored}")
+          f"resumed from ckpt-{restored}; {line.strip()[-120:]}")
+    assert lost and int(lost.group(1)) == restored, line
+    assert int(lost.group(3)) == int(lost.group(2)) - restored
     assert out.count("HOSTS_START") == 2
     assert f"HOSTS_DONE iterations={6 * STEPS} planned={6 * STEPS}" in out
     assert lost

@@ -393,6 +393,41 @@ def explain_failure(error: BaseException) -> Optional[LostTaskError]:
         f"{first}", [name for name, _, _ in lost])
 
 
+def steps_lost_note(model=None, checkpoint=None, timeout: float = 3.0) -> str:
+    """What a restart will redo, for the lost-task line: the newest
+    checkpoint (`checkpoint`: the tn.callbacks.Checkpoint of the run) and,
+    when `optimizer.iterations` can still be read from the ps that holds it
+    (within `timeout` s), the step training had reached."""
+    saved = getattr(checkpoint, "last_saved_step", None)
+    reached = None
+    if model is not None and getattr(model, "optimizer", None) is not None:
+        import threading  # noqa: PLC0415
+        box = {}
+
+        def read():
+            try:
+                box["step"] = int(model.optimizer.iterations.numpy())
+            except Exception:  # noqa: BLE001  (the ps holding it is gone)
+                pass
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout)
+        reached = box.get("step")
+    if checkpoint is None:
+        note = "no checkpoints in this run: a restart starts from step 0"
+        return note + (f" (training had reached step {reached})"
+                       if reached is not None else "")
+    if saved is None:
+        note = "no checkpoint saved yet: a restart starts from step 0"
+        return note + (f", {reached} steps lost" if reached is not None else "")
+    note = f"newest checkpoint ckpt-{saved}"
+    if reached is not None and reached >= saved:
+        note += (f"; training had reached step {reached}: a restart redoes "
+                 f"{reached - saved} steps (steps lost: {reached - saved})")
+    return note
+
+
 def exit_now(code: int) -> None:
     """Flushes stdout/stderr and ends the process at once with `code`.
 

@@ -208,6 +208,10 @@ class _Throughput(tf_keras.callbacks.Callback):
         self.seconds = time.perf_counter() - self.start
 
 
+# The running job's model and Checkpoint callback, for the lost-task line.
+_RUN: dict = {}
+
+
 def run() -> dict:
     tf_keras.utils.set_random_seed(FLAGS.seed)
     os.makedirs(FLAGS.model_dir, exist_ok=True)
@@ -228,6 +232,7 @@ def run() -> dict:
         model = (build_model(None, None, None) if retrieval else
                  build_model(spec.categorical, spec.dense, spec.string_ids))
         model.compile(tn.optimizer.by_name(FLAGS.optimizer)(FLAGS.learning_rate))
+    _RUN["model"] = model
     steps = -(-spec.train_rows // FLAGS.batch_size) if distributed else None
     meter = _Throughput(steps)
     callbacks = []
@@ -242,6 +247,7 @@ def run() -> dict:
             incremental=FLAGS.checkpoint_incremental,
             full_every=FLAGS.checkpoint_full_every)
         callbacks.append(checkpoints)
+        _RUN["checkpoints"] = checkpoints
     maintenance = _lifecycle(model, checkpoints)
     if maintenance is not None:
         callbacks.append(maintenance)
@@ -449,7 +455,9 @@ def main(argv):
         lost = tn.distribute.explain_failure(e)
         if lost is None:
             raise
-        print(f"tnet.train: {lost}", file=sys.stderr, flush=True)
+        note = tn.distribute.steps_lost_note(_RUN.get("model"),
+                                             _RUN.get("checkpoints"))
+        print(f"tnet.train: {lost} ({note})", file=sys.stderr, flush=True)
         tn.distribute.exit_now(3)  # no teardown waiting on the lost task
     return 0
 

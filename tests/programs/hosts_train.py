@@ -51,6 +51,9 @@ def monitor(model, every, stop):
         print(f"PROGRESS t={time.time():.3f} it={it}", flush=True)
 
 
+RUN = {}
+
+
 def train(args) -> None:
     tf_keras.utils.set_random_seed(0)
     strategy = tn.distribute.ParameterServerStrategy()
@@ -60,6 +63,7 @@ def train(args) -> None:
                       metrics=[tf_keras.metrics.AUC(name="auc")])
     ckpt = tn.callbacks.Checkpoint(args.dir, every_n_epochs=1, keep=3,
                                    verbose=0)
+    RUN.update(model=model, checkpoint=ckpt)
     feats, labels = make_data(args.rows)
     with strategy.scope():
         model({k: v[:8] for k, v in feats.items()}, training=False)
@@ -98,7 +102,9 @@ def main() -> int:
         lost = tn.distribute.explain_failure(e)
         if lost is None:
             raise
-        print(f"HOSTS_LOST {lost}", file=sys.stderr, flush=True)
+        note = tn.distribute.steps_lost_note(RUN.get("model"),
+                                             RUN.get("checkpoint"))
+        print(f"HOSTS_LOST {lost} ({note})", file=sys.stderr, flush=True)
         tn.distribute.exit_now(3)
     return 0
 
