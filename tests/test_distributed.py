@@ -180,3 +180,44 @@ def test_launch_restarts_the_whole_cluster_after_a_failed_chief(tmp_path):
     res = subprocess.run(launch + ["--restarts", "2", "--"] + bad, cwd=ROOT,
                          env=_env(), capture_output=True, text=True, timeout=300)
     assert res.returncode == 2 and "restarting" not in res.stdout
+
+
+def test_steps_lost_note():
+    from types import SimpleNamespace
+    model = SimpleNamespace(optimizer=SimpleNamespace(
+        iterations=tf.Variable(137, dtype=tf.int64)))
+    ckpt = SimpleNamespace(last_saved_step=100)
+    assert tn.distribute.steps_lost_note(model, ckpt) == (
+        "newest checkpoint ckpt-100; training had reached step 137: a "
+        "restart redoes 37 steps (steps lost: 37)")
+    assert tn.distribute.steps_lost_note(None, ckpt) == "newest checkpoint ckpt-100"
+    assert "starts from step 0" in tn.distribute.steps_lost_note(
+        model, SimpleNamespace(last_saved_step=None))
+    assert "no checkpoints" in tn.distribute.steps_lost_note(model, None)
+
+
+def test_checkpoint_steps_do_not_drift_when_a_step_counts_twice(tmp_path):
+    """A retried step that counted twice in optimizer.iterations (simulated:
+    one extra increment in epoch 2) is taken off at the epoch end: the
+    checkpoints stay at 10, 20, 30 and a resumed fit starts at epoch 3."""
+    import tf_keras
+    from tests.support.ckpt import dataset, tiny
+
+    class CountTwice(tf_keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if self.params and batch == 4 and not getattr(self, "done", False):
+                if int(self.model.optimizer.iterations.numpy()) > 10:
+                    self.model.optimizer.iterations.assign_add(1)
+                    self.done = True
+
+    model = tiny(2)
+    ckpt = tn.callbacks.Checkpoint(tmp_path, every_n_epochs=1, verbose=0)
+    model.fit(dataset(640), epochs=3, callbacks=[CountTwice(), ckpt], verbose=0)
+    assert [s for s, _ in tn.saving.list_checkpoints(tmp_path)] == [10, 20, 30]
+    assert ckpt.recounted == 1
+    assert int(model.optimizer.iterations.numpy()) == 30
+    again = tiny(2)
+    ckpt2 = tn.callbacks.Checkpoint(tmp_path, every_n_epochs=1, verbose=0)
+    again.fit(dataset(640), epochs=4, callbacks=[ckpt2], verbose=0)
+    assert ckpt2.restored_step == 30 and ckpt2.resumed_at == (3, 0)
+    assert [s for s, _ in tn.saving.list_checkpoints(tmp_path)][-1] == 40
