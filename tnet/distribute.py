@@ -78,8 +78,8 @@ def _install_ps_failure_policy() -> None:
     seconds (keepalive), so the count runs out during one partition and the
     job dies, or survives, by chance. tnet's rule instead: a ps that refuses
     connections is dead (fail now); a ps that does not answer is retried
-    while it has been failing for less than `ps_timeout()` seconds (a
-    failure more than that after the previous one starts a new count).
+    while it has been failing for less than `ps_timeout()` seconds with no
+    step finishing in between; past that the chief exits 3 naming it.
     Setting TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES keeps TensorFlow's
     rule."""
     from tensorflow.python.distribute.coordinator import (  # noqa: PLC0415
@@ -103,16 +103,46 @@ def _install_ps_failure_policy() -> None:
         with lock:
             for t in tasks:
                 streak = streaks.get(t)
-                if streak is None or now - streak[1] > budget:
-                    streak = streaks[t] = [now, now]
-                streak[1] = now
+                if streak is None:
+                    streak = streaks[t] = [now, now, e]
+                streak[1], streak[2] = now, e
                 if now - streak[0] > budget:
                     return False
         return bool(tasks)
 
+    # A step that finishes clears every streak: each step reads every ps.
+    finished = cc._CoordinatedClosureQueue.mark_finished  # noqa: SLF001
+
+    def mark_finished(self):
+        if streaks:
+            with lock:
+                streaks.clear()
+        return finished(self)
+
+    # Failures against a silent ps come only every ~20 s (gRPC's connect
+    # timeout), so the budget is also checked by the clock: once a ps has
+    # failed steps for longer than it with no step finishing since, the
+    # chief prints the lost-task line (from the last error) and exits 3.
+    def watch():
+        while True:
+            time.sleep(1.0)
+            with lock:
+                overdue = [(t, s[2]) for t, s in streaks.items()
+                           if time.monotonic() - s[0] > ps_timeout()]
+            if overdue:
+                lost = explain_failure(overdue[0][1]) or (
+                    f"lost parameter server task(s) ps:{overdue[0][0]}: "
+                    + " ".join(str(overdue[0][1]).split())[:300])
+                print(f"tnet: {lost} (no step finished for "
+                      f"TNET_PS_TIMEOUT={ps_timeout():g} s)",
+                      file=sys.stderr, flush=True)
+                exit_now(3)
+
     cc.Cluster._record_and_ignore_transient_ps_failure = (  # noqa: SLF001
         ignore_transient_ps_failure)
+    cc._CoordinatedClosureQueue.mark_finished = mark_finished  # noqa: SLF001
     cc.Cluster._tnet_policy = True  # noqa: SLF001
+    threading.Thread(target=watch, name="tnet-ps-timeout", daemon=True).start()
 
     # A step that failed on a ps is put back and run again, but the worker's
     # dataset iterator it was reading from may have been cancelled in the
