@@ -112,4 +112,4 @@ def main() -> int:
 if __name__ == "__main__":
     from tnet import bind  # noqa: E402
     bind.ensure()  # a chief's port too stays on its TF_CONFIG address
-    sys.exit(main())
+    tn.distribute.exit_now(main())  # no teardown (README "Failures across hosts")
