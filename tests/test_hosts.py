@@ -163,7 +163,8 @@ def test_worker_partition_job_finishes_and_the_other_worker_trains(
         r"\[launch\] chief exited", heal)
     print(f"worker cut: detected after {detected - cut:.1f}s, steps/s "
           f"before {before:.1f}, during {during:.1f} ({during / before:.2f}x), "
-          f"chief exit {exited - done:.1f}s after fit")
+          f"chief exit {exited - done:.1f}s after fit, "
+          f"steps counted twice and recounted: {_recounted(out)}")
     assert exited - done <= END_BOUND, exited - done
     assert during >= 0.4 * before, (before, during)
     assert run.saved() == [STEPS * e for e in range(1, 17)], run.saved()
@@ -186,6 +187,18 @@ def test_ps_partition_stalls_then_goes_on(hosts, tmp_path, trial):
     assert run.saved() == [STEPS * e for e in range(1, 11)], run.saved()
     assert f"HOSTS_DONE iterations={10 * STEPS} planned={10 * STEPS}" in out
     assert "HOSTS_LOST" not in out
+    stall = run.rate(cut + 2, heal)
+    print(f"ps cut: steps/s during the cut {stall:.1f}, steps counted twice "
+          f"and recounted: {_recounted(out)}, resumed "
+          f"{(run.first(r'HOSTS_SAVED step=200 ', cut) or 0) - heal:.1f}s "
+          "after the heal (epoch 2 saved)")
+
+
+def _recounted(out):
+    """Steps optimizer.iterations counted twice (the Checkpoint callback's
+    warnings): each is a retried step whose dense update had landed."""
+    return sum(int(n) for n in
+               re.findall(r"(\d+) retried step\(s\) counted twice", out))
 
 
 def _lost_line(out):
