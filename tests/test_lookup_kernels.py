@@ -36,7 +36,7 @@ def test_unique_equals_tf_unique_and_bincount(n, kind):
         counts.numpy(), np.bincount(want_i.numpy(), minlength=len(want_u)))
 
 
-@pytest.mark.parametrize("n", [5, 40_000])
+@pytest.mark.parametrize("n", [5, 40_000, 300_000])
 def test_unique_skips_padding(n):
     keys = _keys(n, "zipf")
     valid = RNG.random(n) < 0.7
@@ -55,6 +55,49 @@ def test_unique_skips_padding(n):
     np.testing.assert_array_equal(s_u.numpy(), uniq.numpy())
     np.testing.assert_array_equal(s_i.numpy(), idx.numpy())
     np.testing.assert_array_equal(s_c.numpy(), counts.numpy())
+
+
+_CHUNKED_UNIQUE = r"""
+import sys
+import tnet
+import numpy as np
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
+from tnet import _ops
+rng = np.random.default_rng(int(sys.argv[1]))
+n = 450_000
+# Zipf keys (repeats across chunks), a block of keys first seen only in the
+# last chunk, and padding around the chunk bounds.
+keys = (rng.zipf(1.1, n) % 200_000).astype(np.int64)
+keys[-5000:] = np.arange(10**9, 10**9 + 5000)
+valid = rng.random(n) < 0.8
+for b in (n // 5, n // 4, n // 3, n // 2):
+    valid[b - 3:b + 3] = False
+uniq, idx, counts = _ops.tnet_unique(keys, valid)
+want_u, want_i = tf.unique(keys[valid], out_idx=tf.int32)
+np.testing.assert_array_equal(uniq.numpy(), want_u.numpy())
+np.testing.assert_array_equal(idx.numpy()[valid], want_i.numpy())
+assert (idx.numpy()[~valid] == -1).all()
+np.testing.assert_array_equal(
+    counts.numpy(), np.bincount(want_i.numpy(), minlength=len(want_u)))
+print("ok", tf.config.threading.get_intra_op_parallelism_threads())
+"""
+
+
+@pytest.mark.parametrize("threads", [3, 5])
+def test_unique_on_more_threads_than_this_machine(threads, tmp_path):
+    """TnetUnique cuts a batch into one chunk per worker thread and merges
+    the chunks in order; with 3 or more chunks the middle ones take the
+    merge path the last one skips. This machine has 2 cores, so a process
+    with a larger intra-op pool checks that path against tf.unique."""
+    import subprocess
+    import sys
+    script = tmp_path / "chunked_unique.py"
+    script.write_text(_CHUNKED_UNIQUE)
+    out = subprocess.run([sys.executable, str(script), str(threads)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"ok {threads}" in out.stdout
 
 
 def test_unique_rejects_bad_shapes():

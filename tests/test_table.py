@@ -338,3 +338,26 @@ def test_destroyed_table_handle_is_an_error():
     tf.raw_ops.DestroyResourceOp(resource=handle)
     with pytest.raises(tf.errors.InvalidArgumentError, match="live tnet"):
         _ops.sparse_table_pull(handle, [1], True, dim=2)
+
+
+@pytest.mark.parametrize("num_shards", [1, 3])
+def test_push_over_the_pulls_route_equals_a_push_of_the_keys(num_shards):
+    """pull_rows routes the keys once; push_rows sends the gradients back
+    over that route (what a training step does). The rows after it equal
+    a twin table's after an ordinary pull + push of the same keys."""
+    rng = np.random.default_rng(5)
+    keys = tf.constant(np.unique(rng.integers(-10**6, 10**6, 500)))
+    grads = tf.constant(rng.normal(0, 0.1, (len(keys), 4)), tf.float32)
+    shows = tf.constant(rng.integers(1, 4, len(keys)), tf.float32)
+    a = tn.SparseTable("route_a", 4, num_shards=num_shards, seed=1,
+                       optimizer=tn.optimizer.Adagrad(0.1))
+    b = tn.SparseTable("route_b", 4, num_shards=num_shards, seed=1,
+                       optimizer=tn.optimizer.Adagrad(0.1))
+    batch = a.pull_rows(keys, training=True)
+    np.testing.assert_array_equal(batch.rows.numpy(),
+                                  b.pull(keys, training=True).numpy())
+    np.testing.assert_array_equal(batch.keys.numpy(), keys.numpy())
+    a.push_rows(batch, grads, step=1, shows=shows, unique_keys=True)
+    b.push(keys, grads, step=1, shows=shows, unique_keys=True)
+    np.testing.assert_array_equal(a.pull(keys).numpy(), b.pull(keys).numpy())
+    assert not np.array_equal(a.pull(keys).numpy(), batch.rows.numpy())

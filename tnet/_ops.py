@@ -45,6 +45,7 @@ sparse_table_evict = ops.sparse_table_evict
 sparse_table_stats = ops.sparse_table_stats
 tnet_sum_rows = ops.tnet_sum_rows
 tnet_unique = ops.tnet_unique
+tnet_decode_id_lists = ops.tnet_decode_id_lists
 tnet_embed_combine = ops.tnet_embed_combine
 tnet_embed_combine_grad = ops.tnet_embed_combine_grad
 tnet_segment_combine = ops.tnet_segment_combine

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 
@@ -52,6 +52,26 @@ _INIT_ALIASES = {
     "random_normal": "normal", "truncated_normal": "truncated_normal",
     "truncatednormal": "truncated_normal",
 }
+
+
+class RowRoute(NamedTuple):
+    """How flat keys split over a table's shards (`SparseTable.route`).
+    shard / parts / where are None for a one-shard table."""
+    keys: tf.Tensor                       # [N] int64
+    shard: Optional[tf.Tensor] = None     # [N] int32: the shard of each key
+    parts: Optional[list] = None          # per shard: its keys
+    where: Optional[list] = None          # per shard: their positions in keys
+
+
+class RowBatch(NamedTuple):
+    """Rows a pull moved and the route they took (`SparseTable.pull_rows`);
+    `SparseTable.push_rows(batch, grads, ...)` reuses the route."""
+    route: RowRoute
+    rows: tf.Tensor                       # [N, dim]
+
+    @property
+    def keys(self) -> tf.Tensor:
+        return self.route.keys
 
 
 # The default initializer's stddev for columns wider than 1 (see below).
@@ -269,6 +289,40 @@ class SparseTable(tf.Module):
         """Flat keys -> (shard index per key) for num_shards > 1."""
         return tf.cast(tf.math.floormod(keys, self.num_shards), tf.int32)
 
+    def route(self, keys) -> "RowRoute":
+        """How the flat `keys` split over the shards: the one partition a
+        pull and the push of the same keys share (`pull_rows`)."""
+        keys = tf.reshape(self._keys(keys), [-1])
+        if self.num_shards == 1:
+            return RowRoute(keys)
+        shard = self._route(keys)
+        parts = tf.dynamic_partition(keys, shard, self.num_shards)
+        where = tf.dynamic_partition(tf.range(tf.size(keys)), shard,
+                                     self.num_shards)
+        return RowRoute(keys, shard, parts, where)
+
+    def pull_rows(self, keys, training: bool | tf.Tensor = False
+                  ) -> "RowBatch":
+        """The rows of flat `keys` (unique, for a push to reuse) as a
+        RowBatch: rows [N, dim] plus the route they took, so `push_rows`
+        sends the gradients back over the same partition without routing
+        the keys again. One request per shard each way."""
+        route = self.route(keys)
+        training = tf.convert_to_tensor(training, tf.bool)
+        if route.shard is None:
+            with tf.device(self.devices[0]):
+                rows = _ops.sparse_table_pull(self.shards[0].resource_handle,
+                                              route.keys, training,
+                                              dim=self.dim)
+            return RowBatch(route, rows)
+        outs = []
+        for i in range(self.num_shards):
+            with tf.device(self.devices[i]):
+                outs.append(_ops.sparse_table_pull(
+                    self.shards[i].resource_handle, route.parts[i], training,
+                    dim=self.dim))
+        return RowBatch(route, tf.dynamic_stitch(route.where, outs))
+
     def pull(self, keys, training: bool | tf.Tensor = False) -> tf.Tensor:
         """Rows of `keys` (any shape) as a [*keys.shape, dim] float tensor.
 
@@ -276,24 +330,7 @@ class SparseTable(tf.Module):
         missing keys read zeros and nothing is inserted.
         """
         keys = self._keys(keys)
-        flat = tf.reshape(keys, [-1])
-        training = tf.convert_to_tensor(training, tf.bool)
-        if self.num_shards == 1:
-            with tf.device(self.devices[0]):
-                rows = _ops.sparse_table_pull(self.shards[0].resource_handle,
-                                              flat, training, dim=self.dim)
-        else:
-            shard = self._route(flat)
-            parts = tf.dynamic_partition(flat, shard, self.num_shards)
-            where = tf.dynamic_partition(tf.range(tf.size(flat)), shard,
-                                         self.num_shards)
-            outs = []
-            for i in range(self.num_shards):
-                with tf.device(self.devices[i]):
-                    outs.append(_ops.sparse_table_pull(
-                        self.shards[i].resource_handle, parts[i], training,
-                        dim=self.dim))
-            rows = tf.dynamic_stitch(where, outs)
+        rows = self.pull_rows(keys, training).rows
         return tf.reshape(rows, tf.concat([tf.shape(keys), [self.dim]], 0))
 
     def push(self, keys, grads, learning_rate=None, step=0, shows=None,
@@ -306,7 +343,20 @@ class SparseTable(tf.Module):
         learning_rate: defaults to the optimizer's (a schedule is called with
         `step`). shows / clicks: optional per-key counts for the lifecycle.
         """
-        keys = self._keys(keys)
+        return self.push_rows(self.route(keys), grads,
+                              learning_rate=learning_rate, step=step,
+                              shows=shows, clicks=clicks,
+                              unique_keys=unique_keys)
+
+    def push_rows(self, route, grads, learning_rate=None, step=0, shows=None,
+                  clicks=None, unique_keys=False):
+        """`push` over a route already made (a RowRoute, or the RowBatch of
+        the pull whose rows the gradients are for): the gradients, shows
+        and clicks are split by the pull's partition, the keys not at all.
+        learning_rate: resolved here once (the optimizer's, or its schedule
+        at `step`, when None)."""
+        if isinstance(route, RowBatch):
+            route = route.route
         grads = tf.convert_to_tensor(grads, tf.float32)
         lr = tf.cast(resolve_learning_rate(step, model=learning_rate,
                                            rule=self.optimizer), tf.float32)
@@ -314,26 +364,25 @@ class SparseTable(tf.Module):
         empty = tf.zeros([0], tf.float32)
         shows = empty if shows is None else tf.cast(shows, tf.float32)
         clicks = empty if clicks is None else tf.cast(clicks, tf.float32)
-        if self.num_shards == 1:
+        if route.shard is None:
             with tf.device(self.devices[0]):
                 return _ops.sparse_table_push(
-                    self.shards[0].resource_handle, keys, grads, lr, step,
-                    shows, clicks, dim=self.dim, unique_keys=unique_keys)
-        shard = self._route(keys)
+                    self.shards[0].resource_handle, route.keys, grads, lr,
+                    step, shows, clicks, dim=self.dim,
+                    unique_keys=unique_keys)
         n = self.num_shards
-        k_parts = tf.dynamic_partition(keys, shard, n)
-        g_parts = tf.dynamic_partition(grads, shard, n)
-        s_parts = (tf.dynamic_partition(shows, shard, n) if shows is not empty
-                   else [empty] * n)
-        c_parts = (tf.dynamic_partition(clicks, shard, n)
+        g_parts = tf.dynamic_partition(grads, route.shard, n)
+        s_parts = (tf.dynamic_partition(shows, route.shard, n)
+                   if shows is not empty else [empty] * n)
+        c_parts = (tf.dynamic_partition(clicks, route.shard, n)
                    if clicks is not empty else [empty] * n)
         ops = []
         for i in range(n):
             with tf.device(self.devices[i]):
                 ops.append(_ops.sparse_table_push(
-                    self.shards[i].resource_handle, k_parts[i], g_parts[i],
-                    lr, step, s_parts[i], c_parts[i], dim=self.dim,
-                    unique_keys=unique_keys))
+                    self.shards[i].resource_handle, route.parts[i],
+                    g_parts[i], lr, step, s_parts[i], c_parts[i],
+                    dim=self.dim, unique_keys=unique_keys))
         return tf.group(ops)
 
     def _keys(self, keys):

@@ -93,6 +93,8 @@ def materialize(spec: dict) -> np.ndarray:
     n = int(np.prod(shape, dtype=np.int64))
     rng = np.random.default_rng(spec["seed"])
     if dtype == "string":
+        if fill == "list":  # the strings themselves
+            return np.asarray(value, dtype=object).reshape(shape)
         return np.array([f"s{i}" for i in range(n)], dtype=object).reshape(shape)
     npt = np.dtype("bool" if dtype == "bool" else dtype)
     if fill == "value" or fill == "dups":
@@ -280,6 +282,18 @@ def info_case(draw) -> dict:
 
 
 @st.composite
+def rule_slots_case(draw) -> dict:
+    """TnetSparseRuleSlots: mostly a rule name and a valid dim (the generic
+    case got one right in ~1 of 8 draws, so with ~7 draws per run it
+    sometimes never passed the checks)."""
+    name = draw(mostly(st.sampled_from(["sgd", "adagrad", "rowwise_adagrad",
+                                        "adam", "ftrl"]),
+                       st.sampled_from(["", "zeros", "x" * 100, "Adagrad"])))
+    return {"op": "TnetSparseRuleSlots", "handle": None, "args": {},
+            "attrs": {"optimizer": name, "dim": draw(dim_attr)}}
+
+
+@st.composite
 def sum_rows_case(draw) -> dict:
     k = draw(sizes)
     d = draw(st.sampled_from([0, 1, 4, 16]))
@@ -326,6 +340,29 @@ def unique_case(draw) -> dict:
         tensor("bool", st.lists(sizes, min_size=0, max_size=2))))
     return {"op": "TnetUnique", "handle": None,
             "args": {"keys": keys_spec, "valid": valid}, "attrs": {}}
+
+
+# Multi-valued CSV/TSV cells: ids, separators, blanks, signs, overflow, junk.
+CELL_TEXT = st.text(alphabet="0123456789|,- +\t\nx", max_size=40) | \
+    st.sampled_from(["9223372036854775807", "9223372036854775808",
+                     "-9223372036854775808|1", "-9223372036854775809", "",
+                     "|||", " 5 | 6", "1e3", "0x10", "--5", "-"])
+
+
+@st.composite
+def decode_id_lists_case(draw) -> dict:
+    """TnetDecodeIdLists: cells as a vector (mostly), separators."""
+    cells = draw(st.lists(CELL_TEXT, min_size=0, max_size=20))
+    shape = draw(mostly(st.just([len(cells)]),
+                        st.sampled_from([[], [1, len(cells)]]), 0.85))
+    if shape == []:
+        cells = cells[:1] or [""]
+    text = {"dtype": "string", "shape": shape, "fill": "list",
+            "value": cells, "seed": 0}
+    sep = draw(mostly(st.sampled_from(["|", ","]),
+                      st.sampled_from(["", "ab", "\n", "|"])))
+    return {"op": "TnetDecodeIdLists", "handle": None,
+            "args": {"text": text}, "attrs": {"separator": sep}}
 
 
 @st.composite
@@ -456,7 +493,9 @@ TARGETED = {
     "SparseTableSize": info_case(),
     "SparseTableMemoryBytes": info_case(),
     "TnetSumRows": sum_rows_case(),
+    "TnetSparseRuleSlots": rule_slots_case(),
     "TnetUnique": unique_case(),
+    "TnetDecodeIdLists": decode_id_lists_case(),
     "TnetEmbedCombine": embed_combine_case(),
     "TnetEmbedCombineGrad": embed_combine_case(),
     "TnetSegmentCombine": segment_combine_case(),

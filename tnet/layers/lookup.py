@@ -30,27 +30,33 @@ import tensorflow as tf
 from tnet import _ops
 from tnet.optimizer.sparse import resolve_learning_rate
 from tnet.scopes import active_recorder, serving_active, serving_override
-from tnet.table import SparseTable
+from tnet.table import RowBatch, SparseTable
 
 @dataclasses.dataclass
 class Lookup:
     """One table's lookup in one step: what a push needs."""
 
     table: SparseTable
-    keys: tf.Tensor        # [U] unique keys
+    batch: RowBatch        # the pull: [U] unique keys, their route and rows
     embeddings: tf.Tensor  # [U, dim] pulled rows (watched by the tape)
     shows: tf.Tensor       # [U] occurrences of each key in the batch
     learning_rate: Optional[Callable[[Any], Any]] = None  # layer override (of step)
 
+    @property
+    def keys(self) -> tf.Tensor:
+        return self.batch.keys
+
     def push(self, grad, learning_rate, step):
-        """Sends dE (IndexedSlices from the gathers, or dense [U, dim]);
-        `learning_rate` is the model optimizer's current rate."""
+        """Sends dE (IndexedSlices from the gathers, or dense [U, dim]) over
+        the pull's own route; `learning_rate` is the model optimizer's
+        current rate (a layer's own rule overrides it)."""
         if isinstance(grad, tf.IndexedSlices):
             grad = sum_rows(grad.values, grad.indices, tf.shape(self.keys)[0])
         lr = resolve_learning_rate(step, layer=self.learning_rate,
                                    model=learning_rate)
-        return self.table.push(self.keys, grad, learning_rate=lr,
-                               step=step, shows=self.shows, unique_keys=True)
+        return self.table.push_rows(self.batch, grad, learning_rate=lr,
+                                    step=step, shows=self.shows,
+                                    unique_keys=True)
 
 
 def sum_rows(values, indices, num_rows):
@@ -146,17 +152,19 @@ def fused_lookup(table: SparseTable, keys_per_column: List[tf.Tensor],
     if training is None:
         training = False
     serving = serving_override(table)
+    batch = None
     if serving is not None:
         # Export for serving: a stock-TF lookup replaces the table op.
         rows = serving(uniq)
     else:
-        rows = table.pull(uniq, training=training)
+        batch = table.pull_rows(uniq, training=training)
+        rows = batch.rows
     recorder = active_recorder()
     # Only tn.Model.train_step opens a recorder (with training=True); a
     # tensor-valued `training` there is recorded too.
-    if recorder is not None and training is not False:
+    if recorder is not None and training is not False and batch is not None:
         recorder.tape.watch(rows)
-        recorder.lookups.append(Lookup(table, uniq, rows, shows,
+        recorder.lookups.append(Lookup(table, batch, rows, shows,
                                        learning_rate))
     if len(keys_per_column) == 1:
         return rows, [idx]

@@ -2,11 +2,11 @@
 // a lookup without the stock chain around the temporary matrix E.
 //
 // TnetUnique replaces tf.unique + bincount (single-threaded, one pass each):
-// keys are bucketed by the top bits of their Mix64 hash, every bucket is
-// deduplicated in parallel, and a prefix sum over first occurrences numbers
-// the unique keys in the order of their first occurrence, so the result is
-// exactly tf.unique's whatever the thread count. Padding (valid = false)
-// gets index -1 and is never counted.
+// each thread dedups a contiguous chunk of the batch into its own map, the
+// chunks' maps are merged in chunk order (so unique keys come in order of
+// first occurrence, exactly tf.unique's whatever the thread count) and the
+// later chunks' indices renumbered. Padding (valid = false) gets index -1
+// and is never counted.
 //
 // TnetEmbedCombine reads E[U, dim] through idx[B, W] (one row of C columns
 // side by side, column c `widths[c]` wide, -1 = padding) and writes each
@@ -19,9 +19,14 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/platform/blocking_counter.h"
+#include "tensorflow/core/platform/threadpool.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tnet_ops/kernels/table_resource.h"
 #include "tnet_ops/table/hash.h"
@@ -32,18 +37,179 @@ namespace tf = ::tensorflow;
 
 namespace {
 
-constexpr int kBucketBits = 6;
-constexpr int kBuckets = 1 << kBucketBits;
-constexpr int64_t kBlock = 16384;
-
 enum Combiner : int32_t { kSum = 0, kMean = 1, kSqrtn = 2 };
 
-inline int64_t NumBlocks(int64_t n) {
-  return std::max<int64_t>(1, (n + kBlock - 1) / kBlock);
+// An open-addressing map key -> (group number, count), groups numbered 0,
+// 1, ... in order of insertion. 16-byte slots {key, group, count}: a hit
+// touches one cache line. Linear probing on the low bits of Mix64(key),
+// grown at half load so probes stay short. Not thread-safe: one per chunk
+// of a TnetUnique.
+class GroupMap {
+ public:
+  explicit GroupMap(int64_t expected) {
+    uint64_t cap = 64;
+    while (cap < 2 * static_cast<uint64_t>(std::max<int64_t>(expected, 1))) {
+      cap *= 2;
+    }
+    Reset(cap);
+  }
+
+  // Prefetches the home slot of a key (hash h).
+  void Prefetch(uint64_t h) const { __builtin_prefetch(&slots_[h & mask_]); }
+
+  // Adds `count` to key's group (hash h), inserting the key as a new
+  // group if absent; returns the group.
+  int32_t Add(int64_t key, uint64_t h, float count) {
+    for (uint64_t s = h & mask_;; s = (s + 1) & mask_) {
+      Slot& slot = slots_[s];
+      if (slot.group < 0) {
+        const int32_t g = static_cast<int32_t>(keys_.size());
+        slot = {key, g, count};
+        keys_.push_back(key);
+        if (keys_.size() * 2 > capacity_) Reset(capacity_ * 2);
+        return g;
+      }
+      if (slot.key == key) {
+        slot.count += count;
+        return slot.group;
+      }
+    }
+  }
+
+  // Adds `count` to key's group if the key is present; returns the group,
+  // or -1.
+  int32_t AddIfPresent(int64_t key, uint64_t h, float count) {
+    for (uint64_t s = h & mask_;; s = (s + 1) & mask_) {
+      Slot& slot = slots_[s];
+      if (slot.group < 0) return -1;
+      if (slot.key == key) {
+        slot.count += count;
+        return slot.group;
+      }
+    }
+  }
+
+  int64_t size() const { return static_cast<int64_t>(keys_.size()); }
+  // Group g's key (keys in group order).
+  const std::vector<int64_t>& keys() const { return keys_; }
+  // counts[g] = group g's count, for g < size().
+  void Counts(float* counts) const {
+    for (const Slot& slot : slots_) {
+      if (slot.group >= 0) counts[slot.group] = slot.count;
+    }
+  }
+
+ private:
+  struct Slot {
+    int64_t key;
+    int32_t group;  // -1: empty
+    float count;
+  };
+
+  // Reallocates to `cap` slots and re-inserts every group.
+  void Reset(uint64_t cap) {
+    std::vector<Slot> old = std::move(slots_);
+    capacity_ = cap;
+    mask_ = cap - 1;
+    slots_.assign(cap, Slot{0, -1, 0.0f});
+    for (const Slot& o : old) {
+      if (o.group < 0) continue;
+      uint64_t s = Mix64(static_cast<uint64_t>(o.key)) & mask_;
+      while (slots_[s].group >= 0) s = (s + 1) & mask_;
+      slots_[s] = o;
+    }
+  }
+
+  std::vector<Slot> slots_;
+  uint64_t capacity_ = 0;
+  uint64_t mask_ = 0;
+  std::vector<int64_t> keys_;
+};
+
+// Deduplicates keys[b, e) into `map` (groups in order of first occurrence
+// within the range), counting each key; idx[i] = its group, -1 at padding.
+void DedupRange(const int64_t* keys, const bool* valid, int64_t b, int64_t e,
+                GroupMap* map, int32_t* idx) {
+  constexpr int64_t kAhead = 32;
+  for (int64_t i = b; i < e; ++i) {
+    if (i + kAhead < e) {
+      map->Prefetch(Mix64(static_cast<uint64_t>(keys[i + kAhead])));
+    }
+    if (valid != nullptr && !valid[i]) {
+      idx[i] = -1;
+      continue;
+    }
+    const int64_t key = keys[i];
+    idx[i] = map->Add(key, Mix64(static_cast<uint64_t>(key)), 1.0f);
+  }
+}
+
+// Runs fn(c, c + 1) for c in [0, chunks): chunks 1.. on the worker pool,
+// chunk 0 on the calling thread, and waits for all. (ParallelFor with one
+// costly item per chunk ran the two chunks one after the other here.)
+void RunChunks(tf::OpKernelContext* ctx, int64_t chunks,
+               const std::function<void(int64_t, int64_t)>& fn) {
+  if (chunks <= 1) {
+    fn(0, 1);
+    return;
+  }
+  tf::thread::ThreadPool* pool =
+      ctx->device()->tensorflow_cpu_worker_threads()->workers;
+  tf::BlockingCounter done(static_cast<int>(chunks - 1));
+  for (int64_t c = 1; c < chunks; ++c) {
+    pool->Schedule([&fn, &done, c] {
+      fn(c, c + 1);
+      done.DecrementCount();
+    });
+  }
+  fn(0, 1);
+  done.Wait();
+}
+
+// dst[0, n) += f * src[0, n), n = D if D > 0 (known at compile time: the
+// loop unrolls and vectorizes) else dim. f = 1 adds exactly.
+template <int D>
+inline void Axpy(float* __restrict dst, const float* __restrict src, float f,
+                 int64_t dim) {
+  const int64_t n = D > 0 ? D : dim;
+  for (int64_t d = 0; d < n; ++d) dst[d] += f * src[d];
+}
+
+template <int D>
+inline void ScaleRow(float* dst, float f, int64_t dim) {
+  const int64_t n = D > 0 ? D : dim;
+  for (int64_t d = 0; d < n; ++d) dst[d] *= f;
+}
+
+// fn(std::integral_constant<int, D>()) with D = dim for the usual row
+// widths, D = 0 (any width) otherwise.
+template <typename Fn>
+void DispatchDim(int64_t dim, Fn&& fn) {
+  switch (dim) {
+    case 4: return fn(std::integral_constant<int, 4>());
+    case 8: return fn(std::integral_constant<int, 8>());
+    case 16: return fn(std::integral_constant<int, 16>());
+    case 32: return fn(std::integral_constant<int, 32>());
+    case 64: return fn(std::integral_constant<int, 64>());
+    default: return fn(std::integral_constant<int, 0>());
+  }
 }
 
 }  // namespace
 
+// TnetUnique in three phases, exactly tf.unique's output on any number of
+// threads:
+// 1. the batch is cut into T contiguous chunks (T = worker threads, fewer
+//    for small batches); each thread dedups its chunk into its own map, in
+//    first-occurrence order within the chunk, writing its chunk's idx;
+// 2. serially, chunk 0's map becomes the global one (its group numbers are
+//    already global: first occurrences in chunk 0 come first), and every
+//    later chunk's groups, in their order, are looked up in it: a key seen
+//    before keeps its number, a new key gets the next one (which is its
+//    global first-occurrence order); counts are added;
+// 3. in parallel, every later chunk's idx is renumbered through its map.
+// Each id is hashed and probed once (plus one probe per unique key of the
+// later chunks in phase 2); the maps hold the chunks' unique keys only.
 class TnetUniqueOp : public tf::OpKernel {
  public:
   using tf::OpKernel::OpKernel;
@@ -71,130 +237,59 @@ class TnetUniqueOp : public tf::OpKernel {
     tf::Tensor* idx_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, tf::TensorShape({n}), &idx_t));
     int32_t* idx = idx_t->flat<int32_t>().data();
-    const ParallelRunner run = MakeRunner(ctx);
 
-    // 1. Bucket positions by hash, keeping batch order inside a bucket.
-    const int64_t num_blocks = NumBlocks(n);
-    std::vector<int64_t> pos(num_blocks * kBuckets, 0);
-    std::vector<uint8_t> bucket_of(n);
-    auto count = [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        int64_t* c = pos.data() + b * kBuckets;
-        const int64_t end = std::min(n, (b + 1) * kBlock);
-        for (int64_t i = b * kBlock; i < end; ++i) {
-          if (valid != nullptr && !valid[i]) {
-            idx[i] = -1;
-            bucket_of[i] = 0;
-            continue;
-          }
-          const uint8_t k = static_cast<uint8_t>(
-              Mix64(static_cast<uint64_t>(keys[i])) >> (64 - kBucketBits));
-          bucket_of[i] = k;
-          ++c[k];
-        }
+    // 1. One map per chunk. Chunks of fewer than kMinChunk ids cost more
+    // in phase 2 than they save.
+    constexpr int64_t kMinChunk = 65536;
+    const int64_t threads =
+        ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
+    const int64_t chunks =
+        std::max<int64_t>(1, std::min<int64_t>(threads, n / kMinChunk));
+    std::vector<int64_t> bound(chunks + 1);
+    for (int64_t c = 0; c <= chunks; ++c) bound[c] = n * c / chunks;
+    std::vector<std::unique_ptr<GroupMap>> maps(chunks);
+    auto phase1 = [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        // Expect ~1/4 of a chunk's ids to be distinct; the map grows.
+        maps[c] = std::make_unique<GroupMap>((bound[c + 1] - bound[c]) / 4);
+        DedupRange(keys, valid, bound[c], bound[c + 1], maps[c].get(), idx);
       }
     };
-    if (num_blocks > 1) run(num_blocks, kBlock * 10, count);
-    else count(0, 1);
-    std::vector<int64_t> off(kBuckets + 1, 0);
-    int64_t total = 0;
-    for (int k = 0; k < kBuckets; ++k) {
-      off[k] = total;
-      for (int64_t b = 0; b < num_blocks; ++b) {
-        const int64_t c = pos[b * kBuckets + k];
-        pos[b * kBuckets + k] = total;
-        total += c;
+    RunChunks(ctx, chunks, phase1);
+
+    // 2. Merge later chunks into chunk 0's map; remap[c][g] = global
+    // group. The last chunk's new keys need no slot in the map (nothing
+    // looks them up later): they only get numbers.
+    GroupMap& global = *maps[0];
+    std::vector<std::vector<int32_t>> remap(chunks);
+    std::vector<int64_t> tail_keys;    // the last chunk's new keys
+    std::vector<float> tail_counts;
+    std::vector<float> chunk_counts;
+    for (int64_t c = 1; c < chunks; ++c) {
+      const std::vector<int64_t>& ck = maps[c]->keys();
+      chunk_counts.resize(ck.size());
+      maps[c]->Counts(chunk_counts.data());
+      remap[c].resize(ck.size());
+      const bool last = c == chunks - 1;
+      for (size_t g = 0; g < ck.size(); ++g) {
+        const uint64_t h = Mix64(static_cast<uint64_t>(ck[g]));
+        int32_t to;
+        if (!last) {
+          to = global.Add(ck[g], h, chunk_counts[g]);
+        } else {
+          to = global.AddIfPresent(ck[g], h, chunk_counts[g]);
+          if (to < 0) {
+            to = static_cast<int32_t>(global.size() + tail_keys.size());
+            tail_keys.push_back(ck[g]);
+            tail_counts.push_back(chunk_counts[g]);
+          }
+        }
+        remap[c][g] = to;
       }
+      maps[c].reset();
     }
-    off[kBuckets] = total;
-    struct Item {
-      int64_t key;
-      int64_t i;
-    };
-    std::vector<Item> items(total);
-    auto scatter = [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        int64_t* p = pos.data() + b * kBuckets;
-        const int64_t end = std::min(n, (b + 1) * kBlock);
-        for (int64_t i = b * kBlock; i < end; ++i) {
-          if (valid != nullptr && !valid[i]) continue;
-          items[p[bucket_of[i]]++] = {keys[i], i};
-        }
-      }
-    };
-    if (num_blocks > 1) run(num_blocks, kBlock * 4, scatter);
-    else scatter(0, 1);
-
-    // 2. Deduplicate each bucket: each item's local group (in `local`, in
-    // bucket order), each group's first position, first-occurrence flags.
-    std::vector<uint8_t> first(n, 0);
-    std::vector<int32_t> local(total);
-    std::vector<std::vector<int32_t>> group_first(kBuckets);
-    std::vector<std::vector<int32_t>> group_count(kBuckets);
-    auto dedup = [&](int64_t k0, int64_t k1) {
-      struct Slot {
-        int64_t key;
-        int32_t group;  // -1: empty
-      };
-      std::vector<Slot> slots;
-      for (int64_t k = k0; k < k1; ++k) {
-        const Item* it = items.data() + off[k];
-        int32_t* loc = local.data() + off[k];
-        const int64_t m = off[k + 1] - off[k];
-        std::vector<int32_t>& gf = group_first[k];
-        std::vector<int32_t>& gc = group_count[k];
-        if (m == 0) continue;
-        uint64_t cap = 8;
-        while (cap < 2 * static_cast<uint64_t>(m)) cap *= 2;
-        slots.assign(cap, Slot{0, -1});
-        // The top bits chose the bucket; the low bits index the slots.
-        for (int64_t j = 0; j < m; ++j) {
-          const int64_t key = it[j].key;
-          uint64_t s = Mix64(static_cast<uint64_t>(key)) & (cap - 1);
-          while (slots[s].group >= 0 && slots[s].key != key) {
-            s = (s + 1) & (cap - 1);
-          }
-          if (slots[s].group < 0) {
-            slots[s] = {key, static_cast<int32_t>(gf.size())};
-            gf.push_back(static_cast<int32_t>(it[j].i));
-            gc.push_back(0);
-            first[it[j].i] = 1;
-          }
-          loc[j] = slots[s].group;
-          ++gc[slots[s].group];
-        }
-      }
-    };
-    run(kBuckets, std::max<int64_t>(1, total / kBuckets) * 40, dedup);
-
-    // 3. Number the unique keys by first occurrence: a blocked prefix sum.
-    std::vector<int64_t> block_base(num_blocks + 1, 0);
-    auto count_first = [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t end = std::min(n, (b + 1) * kBlock);
-        int64_t c = 0;
-        for (int64_t i = b * kBlock; i < end; ++i) c += first[i];
-        block_base[b + 1] = c;
-      }
-    };
-    if (num_blocks > 1) run(num_blocks, kBlock, count_first);
-    else count_first(0, 1);
-    for (int64_t b = 0; b < num_blocks; ++b) block_base[b + 1] += block_base[b];
-    const int64_t u = block_base[num_blocks];
-    // rank[i] for first positions only (written into a side array).
-    std::vector<int32_t> rank(n);
-    auto rank_first = [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t end = std::min(n, (b + 1) * kBlock);
-        int64_t r = block_base[b];
-        for (int64_t i = b * kBlock; i < end; ++i) {
-          if (first[i]) rank[i] = static_cast<int32_t>(r++);
-        }
-      }
-    };
-    if (num_blocks > 1) run(num_blocks, kBlock * 2, rank_first);
-    else rank_first(0, 1);
-
+    const int64_t head = global.size();
+    const int64_t u = head + static_cast<int64_t>(tail_keys.size());
     tf::Tensor* uniq_t = nullptr;
     tf::Tensor* counts_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tf::TensorShape({u}), &uniq_t));
@@ -202,25 +297,25 @@ class TnetUniqueOp : public tf::OpKernel {
                    ctx->allocate_output(2, tf::TensorShape({u}), &counts_t));
     int64_t* uniq = uniq_t->flat<int64_t>().data();
     float* counts = counts_t->flat<float>().data();
+    std::memcpy(uniq, global.keys().data(), sizeof(int64_t) * head);
+    global.Counts(counts);
+    std::memcpy(uniq + head, tail_keys.data(),
+                sizeof(int64_t) * tail_keys.size());
+    std::memcpy(counts + head, tail_counts.data(),
+                sizeof(float) * tail_counts.size());
 
-    // 4. Local group -> global number, per bucket.
-    auto finish = [&](int64_t k0, int64_t k1) {
-      for (int64_t k = k0; k < k1; ++k) {
-        std::vector<int32_t>& gf = group_first[k];
-        const std::vector<int32_t>& gc = group_count[k];
-        for (size_t g = 0; g < gf.size(); ++g) {
-          const int32_t r = rank[gf[g]];
-          uniq[r] = keys[gf[g]];
-          counts[r] = static_cast<float>(gc[g]);
-          gf[g] = r;  // reuse: local group -> global number
+    // 3. Renumber the later chunks' idx.
+    if (chunks > 1) {
+      auto phase3 = [&](int64_t c0, int64_t c1) {
+        for (int64_t c = std::max<int64_t>(c0, 1); c < c1; ++c) {
+          const int32_t* m = remap[c].data();
+          for (int64_t i = bound[c]; i < bound[c + 1]; ++i) {
+            if (idx[i] >= 0) idx[i] = m[idx[i]];
+          }
         }
-        const Item* it = items.data() + off[k];
-        const int32_t* loc = local.data() + off[k];
-        const int64_t m = off[k + 1] - off[k];
-        for (int64_t j = 0; j < m; ++j) idx[it[j].i] = gf[loc[j]];
-      }
-    };
-    run(kBuckets, std::max<int64_t>(1, total / kBuckets) * 10, finish);
+      };
+      RunChunks(ctx, chunks, phase3);
+    }
   }
 };
 
@@ -334,28 +429,28 @@ class TnetEmbedCombineOp : public tf::OpKernel {
     if (lay.batch == 0 || dim == 0) return;
     const float* rows = rows_t.flat<float>().data();
     float* out = out_t->flat<float>().data();
-    auto work = [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const int32_t* ib = lay.idx + b * lay.width;
-        for (int64_t c = 0; c < lay.columns; ++c) {
-          float* dst = out + (b * lay.columns + c) * dim;
-          std::memset(dst, 0, sizeof(float) * dim);
-          int64_t count = 0;
-          for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {
-            const int32_t r = ib[j];
-            if (r < 0) continue;
-            ++count;
-            const float* src = rows + static_cast<int64_t>(r) * dim;
-            for (int64_t d = 0; d < dim; ++d) dst[d] += src[d];
-          }
-          const float s = Scale(lay.combiners[c], count);
-          if (s != 1.0f) {
-            for (int64_t d = 0; d < dim; ++d) dst[d] *= s;
+    DispatchDim(dim, [&](auto kDim) {
+      constexpr int D = decltype(kDim)::value;
+      auto work = [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+          const int32_t* ib = lay.idx + b * lay.width;
+          for (int64_t c = 0; c < lay.columns; ++c) {
+            float* dst = out + (b * lay.columns + c) * dim;
+            std::memset(dst, 0, sizeof(float) * dim);
+            int64_t count = 0;
+            for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {
+              const int32_t r = ib[j];
+              if (r < 0) continue;
+              ++count;
+              Axpy<D>(dst, rows + static_cast<int64_t>(r) * dim, 1.0f, dim);
+            }
+            const float s = Scale(lay.combiners[c], count);
+            if (s != 1.0f) ScaleRow<D>(dst, s, dim);
           }
         }
-      }
-    };
-    MakeRunner(ctx)(lay.batch, (lay.width + lay.columns) * (dim + 4), work);
+      };
+      MakeRunner(ctx)(lay.batch, (lay.width + lay.columns) * (dim + 4), work);
+    });
   }
 };
 
@@ -396,6 +491,8 @@ class TnetEmbedCombineGradOp : public tf::OpKernel {
     // Each part owns a range of output rows and scans every id, so no two
     // threads add into one row (deterministic sums, no atomics).
     const int64_t parts = Parts(ctx, lay.batch * lay.width, num_rows);
+    DispatchDim(dim, [&](auto kDim) {
+    constexpr int D = decltype(kDim)::value;
     auto work = [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t lo = num_rows * p / parts;
@@ -416,14 +513,14 @@ class TnetEmbedCombineGradOp : public tf::OpKernel {
             for (int64_t j = j0; j < j1; ++j) {
               const int32_t r = ib[j];
               if (r < lo || r >= hi) continue;
-              float* dst = out + static_cast<int64_t>(r) * dim;
-              for (int64_t d = 0; d < dim; ++d) dst[d] += s * g[d];
+              Axpy<D>(out + static_cast<int64_t>(r) * dim, g, s, dim);
             }
           }
         }
       }
     };
-    MakeRunner(ctx)(parts, lay.batch * (lay.width * 4 + dim * 2), work);
+    RunChunks(ctx, parts, work);
+    });
   }
 };
 
@@ -539,19 +636,20 @@ class TnetSegmentCombineOp : public tf::OpKernel {
     const int64_t parts =
         Parts(ctx, sg.entries * dim, sg.num_segments);
     // Each part owns a range of segments: no two threads add into one row.
-    MakeRunner(ctx)(parts, sg.entries * (dim + 4), [&](int64_t p0, int64_t p1) {
+    DispatchDim(dim, [&](auto kDim) {
+    constexpr int D = decltype(kDim)::value;
+    RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t lo = sg.num_segments * p / parts;
         const int64_t hi = sg.num_segments * (p + 1) / parts;
         for (int64_t k = 0; k < sg.entries; ++k) {
           const int64_t s = sg.seg[k];
           if (s < lo || s >= hi || sg.idx[k] < 0) continue;
-          const float* src = rows + static_cast<int64_t>(sg.idx[k]) * dim;
-          float* dst = out + s * dim;
-          const float f = scale[s];
-          for (int64_t d = 0; d < dim; ++d) dst[d] += f * src[d];
+          Axpy<D>(out + s * dim, rows + static_cast<int64_t>(sg.idx[k]) * dim,
+                  scale[s], dim);
         }
       }
+    });
     });
   }
 };
@@ -588,7 +686,9 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
     const std::vector<float> scale = SegmentScales(sg);
     const float* grad = grad_t.flat<float>().data();
     const int64_t parts = Parts(ctx, sg.entries * dim, num_rows);
-    MakeRunner(ctx)(parts, sg.entries * (dim + 4), [&](int64_t p0, int64_t p1) {
+    DispatchDim(dim, [&](auto kDim) {
+    constexpr int D = decltype(kDim)::value;
+    RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t lo = num_rows * p / parts;
         const int64_t hi = num_rows * (p + 1) / parts;
@@ -596,12 +696,11 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
           const int32_t r = sg.idx[k];
           if (r < lo || r >= hi) continue;
           const int64_t s = sg.seg[k];
-          const float* g = grad + s * dim;
-          float* dst = out + static_cast<int64_t>(r) * dim;
-          const float f = scale[s];
-          for (int64_t d = 0; d < dim; ++d) dst[d] += f * g[d];
+          Axpy<D>(out + static_cast<int64_t>(r) * dim, grad + s * dim,
+                  scale[s], dim);
         }
       }
+    });
     });
   }
 };

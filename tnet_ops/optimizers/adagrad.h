@@ -25,9 +25,19 @@ struct Adagrad : RuleBase {
   }
   static void Apply(const OptimizerConfig& c, float lr, int dim, const float* g,
                     float* w, float* acc) {
-    for (int j = 0; j < dim; ++j) {
+    ForRowWidth(dim, [&](auto width) {
+      Row<decltype(width)::value>(lr, c.epsilon, dim, g, w, acc);
+    });
+  }
+
+ private:
+  template <int D>
+  static void Row(float lr, float epsilon, int dim, const float* __restrict g,
+                  float* __restrict w, float* __restrict acc) {
+    const int n = D > 0 ? D : dim;
+    for (int j = 0; j < n; ++j) {
       acc[j] += g[j] * g[j];
-      w[j] -= lr * g[j] / (std::sqrt(acc[j]) + c.epsilon);
+      w[j] -= lr * g[j] / (std::sqrt(acc[j]) + epsilon);
     }
   }
 };

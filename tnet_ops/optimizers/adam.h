@@ -36,10 +36,22 @@ struct Adam : RuleBase {
     const float b1p = std::pow(c.beta_1, t);
     const float b2p = std::pow(c.beta_2, t);
     const float alpha = lr * std::sqrt(1.0f - b2p) / (1.0f - b1p);
-    for (int j = 0; j < dim; ++j) {
-      m[j] = c.beta_1 * m[j] + (1.0f - c.beta_1) * g[j];
-      v[j] = c.beta_2 * v[j] + (1.0f - c.beta_2) * g[j] * g[j];
-      w[j] -= alpha * m[j] / (std::sqrt(v[j]) + c.epsilon);
+    ForRowWidth(dim, [&](auto width) {
+      Row<decltype(width)::value>(c.beta_1, c.beta_2, c.epsilon, alpha, dim,
+                                  g, w, m, v);
+    });
+  }
+
+ private:
+  template <int D>
+  static void Row(float beta_1, float beta_2, float epsilon, float alpha,
+                  int dim, const float* __restrict g, float* __restrict w,
+                  float* __restrict m, float* __restrict v) {
+    const int n = D > 0 ? D : dim;
+    for (int j = 0; j < n; ++j) {
+      m[j] = beta_1 * m[j] + (1.0f - beta_1) * g[j];
+      v[j] = beta_2 * v[j] + (1.0f - beta_2) * g[j] * g[j];
+      w[j] -= alpha * m[j] / (std::sqrt(v[j]) + epsilon);
     }
   }
 };

@@ -12,7 +12,17 @@ struct Sgd : RuleBase {
   static void InitSlots(const OptimizerConfig&, int, float*) {}
   static void Apply(const OptimizerConfig&, float lr, int dim, const float* g,
                     float* w, float*) {
-    for (int j = 0; j < dim; ++j) w[j] -= lr * g[j];
+    ForRowWidth(dim, [&](auto width) {
+      Row<decltype(width)::value>(lr, dim, g, w);
+    });
+  }
+
+ private:
+  template <int D>
+  static void Row(float lr, int dim, const float* __restrict g,
+                  float* __restrict w) {
+    const int n = D > 0 ? D : dim;
+    for (int j = 0; j < n; ++j) w[j] -= lr * g[j];
   }
 };
 

@@ -4,8 +4,8 @@
 #   tools/sanitizers/sanitize.sh asan|tsan [pytest files...]
 #
 # 1. The library is built with TNET_EXTRA_CFLAGS into build/sanitize/KIND/lib
-#    (setup.py caches sanitized objects in one build/obj/san for every flag
-#    set, so that cache is cleared first), and a copy of the tnet package
+#    (setup.py caches objects per flag set, in build/obj/san-<flags id>),
+#    and a copy of the tnet package
 #    that loads it is made in build/sanitize/KIND/pkg: the normal
 #    tnet/_lib/libtnet_ops.so is never touched.
 # 2. The TensorFlow-free table stress driver (table_stress.cc) is built with
@@ -51,7 +51,6 @@ mkdir -p "$out"
 rm -f "$out"/report.*
 
 echo "== [$kind] building the op library"
-rm -rf build/obj/san
 TNET_EXTRA_CFLAGS="$flags" "$PY" setup.py -q build_ext --build-lib "$out/lib" \
   | grep -v '^\[tnet build\] tnet_ops' || true
 rm -rf "$out/pkg" && mkdir -p "$out/pkg"
