@@ -140,7 +140,8 @@ def test_lost_ps_is_named_from_the_error_not_a_probe(monkeypatch):
             "(0) UNAVAILABLE: recvmsg:Connection timed out\nAdditional GRPC "
             "error information from remote target /job:ps/replica:0/task:1/"
             "device:CPU:0 while calling /tensorflow.eager.EagerService/"
-            "RunComponentFunction")
+            "RunComponentFunction\n(1) CANCELLED: [[{{node x}}]] on "
+            "/job:ps/replica:0/task:0/device:CPU:0")
         lost = tn.distribute.explain_failure(error)
         assert isinstance(lost, tn.distribute.LostTaskError)
         assert lost.tasks == ["ps:1"]

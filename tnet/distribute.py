@@ -365,17 +365,22 @@ _REMOTE_TARGET = re.compile(
 
 
 def tasks_named_in(error: BaseException, job: str = "ps"):
-    """Tasks of `job` an error's text names ("ps:1"), those it names as the
-    gRPC remote target first (TensorFlow's "GRPC error information from
-    remote target /job:ps/replica:0/task:1"), in order, without repeats."""
+    """Tasks of `job` an error's text names ("ps:1"): those it names as the
+    gRPC remote target that failed (TensorFlow's "GRPC error information
+    from remote target /job:ps/replica:0/task:1"), or, when it names none
+    that way, every task of `job` it mentions; in order, without repeats.
+    (An error from a cut ps also mentions the other ps tasks, whose ops of
+    the same step were cancelled.)"""
     text = str(error)
-    out = []
     for pattern in (_REMOTE_TARGET, _TASK_IN_ERROR):
+        out = []
         for kind, index in pattern.findall(text):
             name = f"{kind}:{index}"
             if kind == job and name not in out:
                 out.append(name)
-    return out
+        if out:
+            return out
+    return []
 
 
 _CLUSTER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
