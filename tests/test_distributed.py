@@ -143,6 +143,16 @@ def test_lost_ps_is_named_from_the_error_not_a_probe(monkeypatch):
             "RunComponentFunction\n(1) CANCELLED: [[{{node x}}]] on "
             "/job:ps/replica:0/task:0/device:CPU:0")
         lost = tn.distribute.explain_failure(error)
+        assert lost.tasks == ["ps:1"]
+        # Both named as remote targets: the one whose address gRPC could
+        # not reach is the lost one.
+        error = tf.errors.UnavailableError(
+            None, None, "failed to connect to all addresses; last error: "
+            f"ipv4:{addr[2]}: Connection timed out\nAdditional GRPC error "
+            "information from remote target /job:ps/replica:0/task:0 while "
+            "calling RunComponentFunction\nAdditional GRPC error information"
+            " from remote target /job:ps/replica:0/task:1")
+        lost = tn.distribute.explain_failure(error)
         assert isinstance(lost, tn.distribute.LostTaskError)
         assert lost.tasks == ["ps:1"]
         message = str(lost)

@@ -405,6 +405,12 @@ def explain_failure(error: BaseException) -> Optional[LostTaskError]:
     ps = config["cluster"].get("ps", [])
     named = [t for t in tasks_named_in(error, "ps")
              if int(t.split(":")[1]) < len(ps)]
+    # gRPC names the address it could not reach ("ipv4:10.0.0.7:2222"): a
+    # ps whose TF_CONFIG address is in the text is the one that failed (an
+    # error also names other ps tasks whose part of the step was cancelled).
+    text = str(error)
+    unreachable = [t for t in named if ps[int(t.split(":")[1])] in text]
+    named = unreachable or named
     if named and (isinstance(error, (tf.errors.UnavailableError,
                                      tf.errors.DeadlineExceededError,
                                      tf.errors.AbortedError))
