@@ -129,6 +129,8 @@ class Checkpoint(tf_keras.callbacks.Callback):
         self.last_saved_path: Optional[str] = None
         self._counters = None
         self._start_step = 0
+        self._first_epoch: Optional[int] = None
+        self.recounted = 0  # retried steps taken off optimizer.iterations
 
     # Keras calls batch hooks only for callbacks that ask for them (and
     # refuses them under ParameterServerStrategy).
@@ -152,6 +154,7 @@ class Checkpoint(tf_keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.restored_step = self.restored_path = self.resumed_at = None
+        self._first_epoch = None
         self._start_step = self._step()
         if not self.restore:
             return
@@ -181,9 +184,40 @@ class Checkpoint(tf_keras.callbacks.Callback):
         if step // self.every_n_steps > last // self.every_n_steps:
             self._save(step)
 
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._first_epoch is None:
+            self._first_epoch = epoch
+
     def on_epoch_end(self, epoch, logs=None):
+        self._recount(epoch)
         if self.every_n_epochs and (epoch + 1) % self.every_n_epochs == 0:
             self._save(self._step())
+
+    def _recount(self, epoch: int) -> None:
+        """Sets optimizer.iterations back to the steps `fit` ran when a
+        retried step counted twice.
+
+        Under ParameterServerStrategy a step whose worker failed or was cut
+        off after it had updated the ps is run again on another worker
+        (ClusterCoordinator retries it): its updates can land twice
+        (at-least-once, README "Failures across hosts") and so can its
+        `iterations += 1`. At an epoch end every step has finished, so the
+        step count is known exactly; the checkpoint's step (and with it the
+        epoch and batch a resumed run starts at) stays that count."""
+        steps = (self.params or {}).get("steps")
+        if not steps or self._first_epoch is None:
+            return
+        offset = self.resumed_at[1] if self.resumed_at else 0
+        expected = (self._start_step
+                    + (epoch + 1 - self._first_epoch) * int(steps) - offset)
+        actual = self._step()
+        if actual > expected:
+            self.model.optimizer.iterations.assign(expected)
+            self.recounted += actual - expected
+            _ckpt_logger.warning(
+                "%d retried step(s) counted twice by optimizer.iterations "
+                "(%d after %d steps); set it back to %d", actual - expected,
+                actual, expected, expected)
 
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
