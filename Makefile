@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-long test-all build bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra
+.PHONY: demo test test-long test-all test-hosts test-hosts-long build bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,17 @@ test-long: build
 
 test-all: build
 	TNET_LONG_TESTS=all $(PY) -m pytest $(PYTEST_ARGS) tests
+
+# A cluster across hosts (tests/test_hosts.py): chief, ps and worker tasks
+# each in its own network namespace (needs root and iproute2), with links
+# cut and tasks killed; each fault scenario HOSTS_REPEAT times. CI runs it.
+HOSTS_REPEAT ?= 5
+test-hosts: build
+	TNET_HOSTS_SCENARIOS=1 TNET_HOSTS_REPEAT=$(HOSTS_REPEAT) \
+	    $(PY) -m pytest $(PYTEST_ARGS) tests/test_hosts.py
+
+test-hosts-long: build
+	$(MAKE) test-hosts HOSTS_REPEAT=10
 
 # Benchmarks are not tests: run them on a quiet machine.
 bench-ops: build
@@ -81,6 +92,11 @@ STRUCTURE_ROWS ?= 20000000
 bench-scale: build
 	$(PY) tools/bench_scale.py --rows $(ROWS) --pss_rows $(PSS_ROWS) \
 	    --structure_rows $(STRUCTURE_ROWS)
+
+# Fresh models in serving: a 1% delta vs a full export + load, overlay latency.
+FRESH_ROWS ?= 10000000
+bench-fresh: build
+	$(PY) tools/bench_fresh.py --rows $(FRESH_ROWS)
 
 # Admission / cap vs AUC on >= 10M distinct synthetic keys, plus a PNG.
 bench-lifecycle: build

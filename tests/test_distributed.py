@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import time
 import pytest
 
 import tnet as tn
+import tensorflow as tf
 from tests.conftest import ROOT, data_file
 from tests.support.cluster import assert_all_stopped, env as _env
 from tests.support.cluster import cluster as start_cluster
@@ -116,3 +118,117 @@ def test_malformed_tf_config_is_a_clear_error(tf_config, match):
         assert match in res.stderr
         assert "Traceback" not in res.stderr
         assert "serving at" not in res.stdout  # nothing started
+
+
+def test_lost_ps_is_named_from_the_error_not_a_probe(monkeypatch):
+    """The error text names the lost ps (/job:ps/replica:0/task:1); the
+    addresses all accept connections, so a TCP probe would name none."""
+    import socket
+    socks = [socket.socket() for _ in range(3)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+        addr = [f"127.0.0.1:{s.getsockname()[1]}" for s in socks]
+        monkeypatch.setenv("TF_CONFIG", json.dumps(
+            {"cluster": {"chief": [addr[0]], "worker": ["127.0.0.1:1"],
+                         "ps": addr[1:]},
+             "task": {"type": "chief", "index": 0}}))
+        assert tn.distribute.unreachable_tasks(jobs=("ps",)) == []
+        error = tf.errors.UnavailableError(
+            None, None, "Graph execution error:\n2 root error(s) found.\n"
+            "(0) UNAVAILABLE: recvmsg:Connection timed out\nAdditional GRPC "
+            "error information from remote target /job:ps/replica:0/task:1/"
+            "device:CPU:0 while calling /tensorflow.eager.EagerService/"
+            "RunComponentFunction\n(1) CANCELLED: [[{{node x}}]] on "
+            "/job:ps/replica:0/task:0/device:CPU:0")
+        lost = tn.distribute.explain_failure(error)
+        assert lost.tasks == ["ps:1"]
+        # Both named as remote targets: the one whose address gRPC could
+        # not reach is the lost one.
+        error = tf.errors.UnavailableError(
+            None, None, "failed to connect to all addresses; last error: "
+            f"ipv4:{addr[2]}: Connection timed out\nAdditional GRPC error "
+            "information from remote target /job:ps/replica:0/task:0 while "
+            "calling RunComponentFunction\nAdditional GRPC error information"
+            " from remote target /job:ps/replica:0/task:1")
+        lost = tn.distribute.explain_failure(error)
+        assert isinstance(lost, tn.distribute.LostTaskError)
+        assert lost.tasks == ["ps:1"]
+        message = str(lost)
+        assert message.startswith(f"lost parameter server task(s) ps:1 ({addr[2]})")
+        assert "\n" not in message and "--restarts" in message
+        # A bad-input error raised by an op placed on a ps is not a lost ps.
+        bad = tf.errors.InvalidArgumentError(
+            None, None, "ids must be int64 [[{{node x}}]] on "
+            "/job:ps/replica:0/task:0/device:CPU:0")
+        assert tn.distribute.explain_failure(bad) is None
+        assert tn.distribute.explain_failure(ValueError("x")) is None
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_launch_restarts_the_whole_cluster_after_a_failed_chief(tmp_path):
+    """--restarts 2: a chief that exits 3 is restarted with new ps and
+    worker processes; a bad-flags exit (2) is not restarted."""
+    chief = [sys.executable, "-c",
+             "import os, sys; a = int(os.environ['TNET_LAUNCH_ATTEMPT']); "
+             "print('ATTEMPT', a, flush=True); sys.exit(0 if a == 1 else 3)"]
+    launch = [sys.executable, "-m", "tnet.launch", "--ps", "1", "--workers",
+              "1", "--restart_delay", "0"]
+    res = subprocess.run(launch + ["--restarts", "2", "--"] + chief, cwd=ROOT,
+                         env=_env(), capture_output=True, text=True, timeout=300)
+    out = res.stdout
+    assert res.returncode == 0, out[-3000:]
+    assert [l.split()[-1] for l in out.splitlines() if "ATTEMPT" in l] == \
+        ["0", "1"]
+    assert out.count("[launch] restarting the whole cluster (restart 1 of 2)"
+                     " after exit 3") == 1
+    pids = re.findall(r"\[launch\] ps:0 pid=(\d+)", out)
+    assert len(set(pids)) == 2  # a new ps
+    bad = [sys.executable, "-c", "import sys; sys.exit(2)"]
+    res = subprocess.run(launch + ["--restarts", "2", "--"] + bad, cwd=ROOT,
+                         env=_env(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "restarting" not in res.stdout
+
+
+def test_steps_lost_note():
+    from types import SimpleNamespace
+    model = SimpleNamespace(optimizer=SimpleNamespace(
+        iterations=tf.Variable(137, dtype=tf.int64)))
+    ckpt = SimpleNamespace(last_saved_step=100)
+    assert tn.distribute.steps_lost_note(model, ckpt) == (
+        "newest checkpoint ckpt-100; training had reached step 137: a "
+        "restart redoes 37 steps (steps lost: 37)")
+    assert tn.distribute.steps_lost_note(None, ckpt) == "newest checkpoint ckpt-100"
+    assert "starts from step 0" in tn.distribute.steps_lost_note(
+        model, SimpleNamespace(last_saved_step=None))
+    assert "no checkpoints" in tn.distribute.steps_lost_note(model, None)
+
+
+def test_checkpoint_steps_do_not_drift_when_a_step_counts_twice(tmp_path):
+    """A retried step that counted twice in optimizer.iterations (simulated:
+    one extra increment in epoch 2) is taken off at the epoch end: the
+    checkpoints stay at 10, 20, 30 and a resumed fit starts at epoch 3."""
+    import tf_keras
+    from tests.support.ckpt import dataset, tiny
+
+    class CountTwice(tf_keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if self.params and batch == 4 and not getattr(self, "done", False):
+                if int(self.model.optimizer.iterations.numpy()) > 10:
+                    self.model.optimizer.iterations.assign_add(1)
+                    self.done = True
+
+    model = tiny(2)
+    ckpt = tn.callbacks.Checkpoint(tmp_path, every_n_epochs=1, verbose=0)
+    model.fit(dataset(640), epochs=3, callbacks=[CountTwice(), ckpt], verbose=0)
+    assert [s for s, _ in tn.saving.list_checkpoints(tmp_path)] == [10, 20, 30]
+    assert ckpt.recounted == 1
+    assert int(model.optimizer.iterations.numpy()) == 30
+    again = tiny(2)
+    ckpt2 = tn.callbacks.Checkpoint(tmp_path, every_n_epochs=1, verbose=0)
+    again.fit(dataset(640), epochs=4, callbacks=[ckpt2], verbose=0)
+    assert ckpt2.restored_step == 30 and ckpt2.resumed_at == (3, 0)
+    assert [s for s, _ in tn.saving.list_checkpoints(tmp_path)][-1] == 40

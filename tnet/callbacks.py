@@ -18,7 +18,7 @@ from tnet import distribute as tn_distribute
 from tnet.saving import checkpoint as ckpt
 from tnet.saving.files import logger as _ckpt_logger
 
-__all__ = ["Checkpoint", "TableMaintenance"]
+__all__ = ["Checkpoint", "TableMaintenance", "PublishDeltas"]
 
 
 class _ResumeCounters:
@@ -129,6 +129,8 @@ class Checkpoint(tf_keras.callbacks.Callback):
         self.last_saved_path: Optional[str] = None
         self._counters = None
         self._start_step = 0
+        self._first_epoch: Optional[int] = None
+        self.recounted = 0  # retried steps taken off optimizer.iterations
 
     # Keras calls batch hooks only for callbacks that ask for them (and
     # refuses them under ParameterServerStrategy).
@@ -152,6 +154,7 @@ class Checkpoint(tf_keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.restored_step = self.restored_path = self.resumed_at = None
+        self._first_epoch = None
         self._start_step = self._step()
         if not self.restore:
             return
@@ -181,9 +184,40 @@ class Checkpoint(tf_keras.callbacks.Callback):
         if step // self.every_n_steps > last // self.every_n_steps:
             self._save(step)
 
+    def on_epoch_begin(self, epoch, logs=None):
+        if self._first_epoch is None:
+            self._first_epoch = epoch
+
     def on_epoch_end(self, epoch, logs=None):
+        self._recount(epoch)
         if self.every_n_epochs and (epoch + 1) % self.every_n_epochs == 0:
             self._save(self._step())
+
+    def _recount(self, epoch: int) -> None:
+        """Sets optimizer.iterations back to the steps `fit` ran when a
+        retried step counted twice.
+
+        Under ParameterServerStrategy a step whose worker failed or was cut
+        off after it had updated the ps is run again on another worker
+        (ClusterCoordinator retries it): its updates can land twice
+        (at-least-once, README "Failures across hosts") and so can its
+        `iterations += 1`. At an epoch end every step has finished, so the
+        step count is known exactly; the checkpoint's step (and with it the
+        epoch and batch a resumed run starts at) stays that count."""
+        steps = (self.params or {}).get("steps")
+        if not steps or self._first_epoch is None:
+            return
+        offset = self.resumed_at[1] if self.resumed_at else 0
+        expected = (self._start_step
+                    + (epoch + 1 - self._first_epoch) * int(steps) - offset)
+        actual = self._step()
+        if actual > expected:
+            self.model.optimizer.iterations.assign(expected)
+            self.recounted += actual - expected
+            _ckpt_logger.warning(
+                "%d retried step(s) counted twice by optimizer.iterations "
+                "(%d after %d steps); set it back to %d", actual - expected,
+                actual, expected, expected)
 
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
@@ -369,3 +403,96 @@ def _under_pss(model) -> bool:
         strategy = tf.distribute.get_strategy()
     return strategy is not None and tn_distribute.is_parameter_server_strategy(
         strategy)
+
+
+class PublishDeltas(tf_keras.callbacks.Callback):
+    """Publishes deltas of the model into an updatable export during `fit`.
+
+    `tn.saving.publish_delta(model, export_dir)` (see `tnet.saving.fresh`)
+    runs when `optimizer.iterations` crosses a multiple of `every_n_steps`,
+    or `every_seconds` after the previous publish (checked after each
+    batch), and at train end. `export_dir` must hold an export written with
+    `export_for_serving(model, export_dir, updatable=True)`.
+
+    Put it after `tn.callbacks.Checkpoint` in the callback list: the
+    publisher starts at `on_train_begin`, after the restore, so a trainer
+    that restarted from a checkpoint older than its last publish
+    re-publishes what the served model may hold beyond it.
+
+    ParameterServerStrategy: Keras calls no batch hooks there, so it
+    publishes at epoch ends (choose the interval with `steps_per_epoch`),
+    after Keras has joined the workers.
+
+    `compact_at`: see `tn.saving.publish_delta` (a new base version when
+    the published rows reach that fraction of the base's; None: never).
+    `published` lists the delta (or new base) directories it wrote.
+    """
+
+    def __init__(self, export_dir: str, every_n_steps: Optional[int] = None,
+                 every_seconds: Optional[float] = None,
+                 at_train_end: bool = True,
+                 compact_at: Optional[float] = 0.1):
+        super().__init__()
+        if every_n_steps is not None and (
+                isinstance(every_n_steps, bool) or int(every_n_steps) < 1):
+            raise ValueError(f"every_n_steps must be a positive int or None, "
+                             f"got {every_n_steps!r}")
+        if every_seconds is not None and float(every_seconds) <= 0:
+            raise ValueError(f"every_seconds must be > 0 or None, got "
+                             f"{every_seconds!r}")
+        self.export_dir = os.path.abspath(os.fspath(export_dir))
+        self.every_n_steps = int(every_n_steps) if every_n_steps else None
+        self.every_seconds = (float(every_seconds) if every_seconds
+                              else None)
+        self.at_train_end = at_train_end
+        self.compact_at = compact_at
+        self.published = []
+        self._publisher = None
+        self._last_time = 0.0
+        self._last_step = 0
+
+    def _implements_train_batch_hooks(self):
+        return (self.every_n_steps is not None
+                or self.every_seconds is not None) and not _under_pss(
+                    self.model)
+
+    def on_train_begin(self, logs=None):
+        import time  # noqa: PLC0415
+        from tnet.saving import fresh  # noqa: PLC0415
+        self._publisher = fresh.publisher(
+            self.model, fresh.newest_export(self.export_dir))
+        self._last_time = time.monotonic()
+        self._last_step = _iterations(self.model)
+
+    def _publish(self):
+        import time  # noqa: PLC0415
+        step = _iterations(self.model)
+        if step == self._last_step and self.published:
+            return
+        from tnet.saving import fresh  # noqa: PLC0415
+        self.published.append(fresh.publish_delta(
+            self.model, self.export_dir, compact_at=self.compact_at))
+        self._last_time = time.monotonic()
+        self._last_step = step
+
+    def _due(self) -> bool:
+        import time  # noqa: PLC0415
+        step = _iterations(self.model)
+        if self.every_n_steps and (step // self.every_n_steps
+                                   > self._last_step // self.every_n_steps):
+            return True
+        return bool(self.every_seconds and time.monotonic() - self._last_time
+                    >= self.every_seconds)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._due():
+            self._publish()
+
+    def on_epoch_end(self, epoch, logs=None):
+        if _under_pss(self.model) and (self._due() or self.every_n_steps is
+                                       None and self.every_seconds is None):
+            self._publish()
+
+    def on_train_end(self, logs=None):
+        if self.at_train_end and _iterations(self.model) != self._last_step:
+            self._publish()

@@ -16,6 +16,8 @@ import ctypes
 import ctypes.util
 import json
 import os
+import re
+import sys
 from typing import Any, Dict, Optional
 
 import tensorflow as tf
@@ -45,6 +47,193 @@ def pin_mmap_threshold() -> bool:
         return bool(libc.mallopt(_M_MMAP_THRESHOLD, value))
     except (OSError, AttributeError):
         return False
+
+
+# gRPC channel options every task of a cluster uses unless the environment
+# sets TF_GRPC_DEFAULT_OPTIONS itself (TensorFlow reads it when it opens a
+# channel: "name=value,name=value"). Keepalive pings find a peer that went
+# silent (cut link, paused host) instead of waiting on its TCP connection
+# forever; see README "Failures across hosts" for what was measured.
+GRPC_DEFAULT_OPTIONS = ("grpc.keepalive_time_ms=5000,"
+                        "grpc.keepalive_timeout_ms=5000")
+
+
+# How long the chief lets closures fail on a ps that does not answer (link
+# down, host paused) before it gives up on the job (TNET_PS_TIMEOUT). A ps
+# that refuses connections (its process is gone) ends the job at once.
+DEFAULT_PS_TIMEOUT = 60.0
+
+
+def ps_timeout() -> float:
+    return float(os.environ.get("TNET_PS_TIMEOUT", DEFAULT_PS_TIMEOUT))
+
+
+def _install_ps_failure_policy() -> None:
+    """Replaces ClusterCoordinator's count of ignored ps failures by a time
+    budget.
+
+    TensorFlow ignores the first TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES
+    (3) closure failures that name a ps over the whole job, then fails it.
+    A ps cut off for 20 s makes every worker's closures fail every few
+    seconds (keepalive), so the count runs out during one partition and the
+    job dies, or survives, by chance. tnet's rule instead: a ps that refuses
+    connections is dead (fail now); a ps that does not answer is retried
+    while it has been failing for less than `ps_timeout()` seconds with no
+    step finishing in between; past that the chief exits 3 naming it.
+    Setting TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES keeps TensorFlow's
+    rule."""
+    from tensorflow.python.distribute.coordinator import (  # noqa: PLC0415
+        cluster_coordinator as cc)
+    if getattr(cc.Cluster, "_tnet_policy", False) or \
+            "TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES" in os.environ:
+        return
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+    lock = threading.Lock()
+    streaks: Dict[int, list] = {}   # ps index -> [first, last] failure time
+
+    def ignore_transient_ps_failure(self, e):
+        if not cc._is_ps_failure(e):  # noqa: SLF001
+            return False
+        text = str(e)
+        if "Connection refused" in text or "connection refused" in text:
+            return False
+        now, budget = time.monotonic(), ps_timeout()
+        tasks = cc._extract_failed_ps_instances(text)  # noqa: SLF001
+        with lock:
+            for t in tasks:
+                streak = streaks.get(t)
+                if streak is None:
+                    streak = streaks[t] = [now, now, e]
+                streak[1], streak[2] = now, e
+                if now - streak[0] > budget:
+                    return False
+        return bool(tasks)
+
+    # A step that finishes clears every streak: each step reads every ps.
+    finished = cc._CoordinatedClosureQueue.mark_finished  # noqa: SLF001
+
+    def mark_finished(self):
+        if streaks:
+            with lock:
+                streaks.clear()
+        return finished(self)
+
+    # Failures against a silent ps come only every ~20 s (gRPC's connect
+    # timeout), so the budget is also checked by the clock: once a ps has
+    # failed steps for longer than it with no step finishing since, the
+    # chief prints the lost-task line (from the last error) and exits 3.
+    def watch():
+        while True:
+            time.sleep(1.0)
+            with lock:
+                overdue = [(t, s[2]) for t, s in streaks.items()
+                           if time.monotonic() - s[0] > ps_timeout()]
+            if overdue:
+                lost = explain_failure(overdue[0][1]) or (
+                    f"lost parameter server task(s) ps:{overdue[0][0]}: "
+                    + " ".join(str(overdue[0][1]).split())[:300])
+                print(f"tnet: {lost} (no step finished for "
+                      f"TNET_PS_TIMEOUT={ps_timeout():g} s)",
+                      file=sys.stderr, flush=True)
+                exit_now(3)
+
+    cc.Cluster._record_and_ignore_transient_ps_failure = (  # noqa: SLF001
+        ignore_transient_ps_failure)
+    cc._CoordinatedClosureQueue.mark_finished = mark_finished  # noqa: SLF001
+    cc.Cluster._tnet_policy = True  # noqa: SLF001
+    threading.Thread(target=watch, name="tnet-ps-timeout", daemon=True).start()
+
+    # A step that failed on a ps is put back and run again, but the worker's
+    # dataset iterator it was reading from may have been cancelled in the
+    # middle of a GetNext; such an iterator answers "End of sequence" from
+    # then on, and fit died with "input ran out of data" (measured, ps cut
+    # 20 s). After such a failure tnet rebuilds that worker's resources (its
+    # datasets and iterators, as TensorFlow does for a recovered worker)
+    # before it runs the step again.
+    original = cc.WorkerPreemptionHandler.wait_on_failure
+
+    def wait_on_failure(self, on_failure_fn=None, on_transient_failure_fn=None,
+                        on_recovery_fn=None, worker_device_name="(unknown)"):
+        def transient():
+            if on_transient_failure_fn is not None:
+                on_transient_failure_fn()
+            try:
+                index = int(worker_device_name.rsplit(":", 1)[1])
+                worker = self._cluster.workers[index]  # noqa: SLF001
+            except (ValueError, IndexError, AttributeError):
+                return
+            worker._on_worker_recovery()  # noqa: SLF001
+        return original(self, on_failure_fn, transient, on_recovery_fn,
+                        worker_device_name)
+
+    cc.WorkerPreemptionHandler.wait_on_failure = wait_on_failure
+
+
+DEFAULT_STEP_TIMEOUT = 600.0
+_watchdog = {"installed": False}
+
+
+def _install_step_watchdog() -> None:
+    """Ends the chief when no step of any worker has finished for
+    TNET_STEP_TIMEOUT seconds (default 600; 0 turns it off) while steps are
+    running: the job is stuck (a remote call that never returns), and a
+    restart from the newest checkpoint (tnet.launch --restarts, a TFJob
+    restart policy) is the way on. Prints one line naming the workers whose
+    step has been running that long, then exits with status 3.
+
+    A worker that is lost for good does not trip it while the others keep
+    finishing steps (ClusterCoordinator waits up to an hour for a lost
+    worker to come back)."""
+    timeout = float(os.environ.get("TNET_STEP_TIMEOUT", DEFAULT_STEP_TIMEOUT))
+    if timeout <= 0 or _watchdog["installed"]:
+        return
+    _watchdog["installed"] = True
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+    from tensorflow.python.distribute.coordinator import (  # noqa: PLC0415
+        cluster_coordinator as cc)
+    running: Dict[int, float] = {}
+    last = {"finished": time.monotonic()}
+    original = cc.Worker._process_closure  # noqa: SLF001
+
+    def process_closure(self, closure):
+        running[self.worker_index] = time.monotonic()
+        try:
+            return original(self, closure)
+        finally:
+            running.pop(self.worker_index, None)
+            last["finished"] = time.monotonic()
+
+    cc.Worker._process_closure = process_closure  # noqa: SLF001
+
+    def watch():
+        while True:
+            time.sleep(min(5.0, timeout / 4))
+            now = time.monotonic()
+            stuck = sorted(i for i, t in list(running.items())
+                           if now - t > timeout)
+            if stuck and now - last["finished"] > timeout:
+                names = ", ".join(f"worker:{i}" for i in stuck)
+                print(f"tnet: no step finished for {now - last['finished']:.0f}"
+                      f" s (TNET_STEP_TIMEOUT={timeout:g}); the step on "
+                      f"{names} never returned. Stopping the chief: restart "
+                      "the cluster (tnet.launch --restarts N, or a TFJob "
+                      "restartPolicy) to resume from the newest checkpoint.",
+                      file=sys.stderr, flush=True)
+                exit_now(3)
+
+    threading.Thread(target=watch, name="tnet-step-watchdog",
+                     daemon=True).start()
+
+
+def set_grpc_defaults() -> str:
+    """Sets TF_GRPC_DEFAULT_OPTIONS to tnet's keepalive defaults unless it is
+    set already (empty: TensorFlow's own defaults); returns the value used.
+    Called by `python -m tnet.server` and `ParameterServerStrategy()` before
+    any channel opens."""
+    return os.environ.setdefault("TF_GRPC_DEFAULT_OPTIONS",
+                                 GRPC_DEFAULT_OPTIONS)
 
 
 class ClusterConfigError(ValueError):
@@ -131,6 +320,9 @@ def ParameterServerStrategy(variable_partitioner=None,  # noqa: N802
             "builds the strategy. Start ps and worker tasks with "
             "`python -m tnet.server`.")
     pin_mmap_threshold()
+    set_grpc_defaults()
+    _install_ps_failure_policy()
+    _install_step_watchdog()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     return tf.distribute.ParameterServerStrategy(
         resolver, variable_partitioner=variable_partitioner)
@@ -159,32 +351,140 @@ def unreachable_tasks(config: Optional[Dict[str, Any]] = None,
 
 
 class LostTaskError(RuntimeError):
-    """A ps task of the cluster died; the job cannot go on without it."""
+    """A ps task of the cluster died or is cut off; the job cannot go on
+    without it. `tasks` names them ("ps:1")."""
+
+    def __init__(self, message: str, tasks=()):
+        super().__init__(message)
+        self.tasks = list(tasks)
+
+
+_TASK_IN_ERROR = re.compile(r"/job:(ps|worker|chief)/replica:\d+/task:(\d+)")
+_REMOTE_TARGET = re.compile(
+    r"remote target /job:(ps|worker|chief)/replica:\d+/task:(\d+)")
+
+
+def tasks_named_in(error: BaseException, job: str = "ps"):
+    """Tasks of `job` an error's text names ("ps:1"): those it names as the
+    gRPC remote target that failed (TensorFlow's "GRPC error information
+    from remote target /job:ps/replica:0/task:1"), or, when it names none
+    that way, every task of `job` it mentions; in order, without repeats.
+    (An error from a cut ps also mentions the other ps tasks, whose ops of
+    the same step were cancelled.)"""
+    text = str(error)
+    for pattern in (_REMOTE_TARGET, _TASK_IN_ERROR):
+        out = []
+        for kind, index in pattern.findall(text):
+            name = f"{kind}:{index}"
+            if kind == job and name not in out:
+                out.append(name)
+        if out:
+            return out
+    return []
+
+
+_CLUSTER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
+                   tf.errors.CancelledError, tf.errors.InternalError,
+                   tf.errors.NotFoundError, tf.errors.InvalidArgumentError,
+                   tf.errors.DeadlineExceededError, tf.errors.UnknownError,
+                   tf.errors.FailedPreconditionError)
 
 
 def explain_failure(error: BaseException) -> Optional[LostTaskError]:
-    """If a cluster failure was caused by a lost ps task, a LostTaskError
-    naming it (and what to do); otherwise None."""
-    if not isinstance(error, (tf.errors.UnavailableError,
-                              tf.errors.AbortedError,
-                              tf.errors.CancelledError,
-                              tf.errors.InternalError,
-                              tf.errors.NotFoundError,
-                              tf.errors.InvalidArgumentError)):
+    """If a cluster failure was caused by a lost (dead or unreachable) ps
+    task, a LostTaskError naming it and what to do; otherwise None.
+
+    The task is the one TensorFlow's error names (its text carries
+    `/job:ps/replica:0/task:N`); only an error that names no ps task falls
+    back to probing each ps address with a TCP connection."""
+    if not isinstance(error, _CLUSTER_ERRORS):
         return None
     config = parse_tf_config()
     if config is None:
         return None
-    lost = unreachable_tasks(config, jobs=("ps",))
+    ps = config["cluster"].get("ps", [])
+    named = [t for t in tasks_named_in(error, "ps")
+             if int(t.split(":")[1]) < len(ps)]
+    # gRPC names the address it could not reach ("ipv4:10.0.0.7:2222"): a
+    # ps whose TF_CONFIG address is in the text is the one that failed (an
+    # error also names other ps tasks whose part of the step was cancelled).
+    text = str(error)
+    unreachable = [t for t in named if ps[int(t.split(":")[1])] in text]
+    named = unreachable or named
+    if named and (isinstance(error, (tf.errors.UnavailableError,
+                                     tf.errors.DeadlineExceededError,
+                                     tf.errors.AbortedError))
+                  or "GRPC error information from remote target /job:ps"
+                  in str(error) or "unreachable" in str(error).lower()):
+        lost = [(t, ps[int(t.split(":")[1])], "named in the error")
+                for t in named]
+    else:
+        lost = unreachable_tasks(config, jobs=("ps",))
     if not lost:
         return None
-    names = ", ".join(f"{name} ({address}: {why})" for name, address, why in lost)
+    names = ", ".join(f"{name} ({address})" for name, address, _ in lost)
+    first = " ".join(str(error).split())[:300]
     return LostTaskError(
-        f"lost parameter server task(s) {names}. The tables and dense "
-        "variables on a ps are gone with it, so training cannot continue: "
-        "restart the whole cluster; with checkpoints enabled training resumes "
+        f"lost parameter server task(s) {names}: dead or cut off from the "
+        "cluster. The tables and dense variables on a ps cannot be rebuilt "
+        "from the other tasks, so training cannot continue: restart the "
+        "whole cluster (tnet.launch --restarts N, or a TFJob restartPolicy "
+        "of OnFailure/ExitCode); with checkpoints enabled training resumes "
         f"from the newest one. Original error: {type(error).__name__}: "
-        f"{str(error).splitlines()[0][:300]}")
+        f"{first}", [name for name, _, _ in lost])
+
+
+def steps_lost_note(model=None, checkpoint=None, timeout: float = 3.0) -> str:
+    """What a restart will redo, for the lost-task line: the newest
+    checkpoint (`checkpoint`: the tn.callbacks.Checkpoint of the run) and,
+    when `optimizer.iterations` can still be read from the ps that holds it
+    (within `timeout` s), the step training had reached."""
+    saved = getattr(checkpoint, "last_saved_step", None)
+    reached = None
+    if model is not None and getattr(model, "optimizer", None) is not None:
+        import threading  # noqa: PLC0415
+        box = {}
+
+        def read():
+            try:
+                box["step"] = int(model.optimizer.iterations.numpy())
+            except Exception:  # noqa: BLE001  (the ps holding it is gone)
+                pass
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout)
+        reached = box.get("step")
+    if checkpoint is None:
+        note = "no checkpoints in this run: a restart starts from step 0"
+        return note + (f" (training had reached step {reached})"
+                       if reached is not None else "")
+    if saved is None:
+        note = "no checkpoint saved yet: a restart starts from step 0"
+        return note + (f", {reached} steps lost" if reached is not None else "")
+    note = f"newest checkpoint ckpt-{saved}"
+    if reached is not None and reached >= saved:
+        note += (f"; training had reached step {reached}: a restart redoes "
+                 f"{reached - saved} steps (steps lost: {reached - saved})")
+    return note
+
+
+def exit_now(code: int) -> None:
+    """Flushes stdout/stderr and ends the process at once with `code`.
+
+    A normal interpreter exit on a cluster's chief tears down the eager
+    context, which removes every function from every remote task and waits
+    on a task that is gone (after a lost ps: 1 s, 10 s or 100 s, reported)
+    or was cut off during the run (measured: 38 s once in 5 worker
+    partitions). A chief program whose work is written (checkpoints,
+    exports, summaries) has nothing left to clean up: `tnet.train` ends
+    with it under a cluster, and a program of your own can too."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def is_parameter_server_strategy(strategy=None) -> bool:

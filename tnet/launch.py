@@ -32,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, TextIO
+from typing import Callable, Dict, List, Optional, TextIO, Tuple
 
 HOST = "127.0.0.1"
 HERE = pathlib.Path(__file__).resolve().parent   # the tnet package
@@ -104,24 +104,70 @@ class Task:
             self.proc.wait()
 
 
+# Chief exit statuses that a restart cannot fix: a bad command line or
+# TF_CONFIG (2), bad input data (4), a signal or the launcher's timeout.
+_NO_RESTART = (0, 2, 4, 124, 130)
+
+
 def run(num_ps: int, num_workers: int, command: List[str],
-        timeout: Optional[float] = None) -> int:
-    if num_ps < 1 or num_workers < 1:
+        timeout: Optional[float] = None, restarts: int = 0,
+        cluster: Optional[Dict[str, List[str]]] = None,
+        task_prefix: Optional[str] = None,
+        restart_delay: float = 2.0) -> int:
+    """Runs the cluster (and again, up to `restarts` times, after a failure).
+
+    `cluster`: explicit addresses ({"chief": [...], "worker": [...], "ps":
+    [...]}) instead of free ports on 127.0.0.1. `task_prefix`: a command
+    prefix for each task, formatted with {kind} and {index} (e.g. `ip netns
+    exec host-{kind}{index}` runs every task in its own network namespace).
+    With `restarts`, a chief that fails (exit status other than 0, 2, 4, or
+    a stop by signal or timeout) makes the launcher stop every task and
+    start the whole cluster again, so a
+    program with checkpoints resumes from the newest one (as a TFJob with
+    restartPolicy OnFailure / ExitCode does). The chief sees the attempt
+    number in TNET_LAUNCH_ATTEMPT (0 first).
+    """
+    if cluster is None and (num_ps < 1 or num_workers < 1):
         print("[launch] need --ps >= 1 and --workers >= 1", file=sys.stderr)
         return 2
     if not command:
         print("[launch] give the chief command after --", file=sys.stderr)
         return 2
-    cluster = cluster_spec(num_ps, num_workers)
-    print(f"[launch] cluster {json.dumps(cluster)}", flush=True)
-    servers: List[Task] = []
-    chief: Optional[Task] = None
     interrupted = {"signal": None}
 
     def _on_signal(signum, frame):
         interrupted["signal"] = signum
 
     old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    start = time.monotonic()
+    try:
+        attempt = 0
+        while True:
+            spec = cluster or cluster_spec(num_ps, num_workers)
+            left = None if not timeout else timeout - (time.monotonic() - start)
+            status, chief_status = _run_once(spec, command, left, interrupted,
+                                             attempt, task_prefix)
+            if (chief_status in _NO_RESTART or attempt >= restarts
+                    or interrupted["signal"] is not None):
+                break
+            attempt += 1
+            print(f"[launch] restarting the whole cluster (restart {attempt} "
+                  f"of {restarts}) after exit {status}", flush=True)
+            time.sleep(restart_delay)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    print(f"[launch] done, exit {status}", flush=True)
+    return status
+
+
+def _run_once(cluster: Dict[str, List[str]], command: List[str],
+              timeout: Optional[float], interrupted: dict, attempt: int,
+              task_prefix: Optional[str]) -> Tuple[int, int]:
+    """(the launcher's status, the chief's) of one run of the cluster."""
+    print(f"[launch] cluster {json.dumps(cluster)}", flush=True)
+    servers: List[Task] = []
+    chief: Optional[Task] = None
 
     def env_for(kind: str, index: int) -> Dict[str, str]:
         env = dict(os.environ)
@@ -129,34 +175,46 @@ def run(num_ps: int, num_workers: int, command: List[str],
             {"cluster": cluster, "task": {"type": kind, "index": index}})
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
         env["PYTHONUNBUFFERED"] = "1"
+        env["TNET_LAUNCH_ATTEMPT"] = str(attempt)
+        if task_prefix:
+            # The task's host exists only inside its prefix (e.g. a network
+            # namespace): the task itself preloads the bind library.
+            return env
         # Preload the bind library now (each task would re-exec otherwise).
         env.update(_bind.bind_environment(env))
         env.setdefault("TNET_BIND_QUIET", "1")
         return env
 
-    status = 1
+    def wrap(kind: str, index: int, cmd: List[str]) -> List[str]:
+        if not task_prefix:
+            return cmd
+        return task_prefix.format(kind=kind, index=index).split() + cmd
+
+    status = chief_status = 1
     try:
         for kind in ("ps", "worker"):
             for i in range(len(cluster[kind])):
                 servers.append(Task(f"{kind}:{i}",
-                                    [sys.executable, "-m", "tnet.server"],
+                                    wrap(kind, i, [sys.executable, "-m",
+                                                   "tnet.server"]),
                                     env_for(kind, i)))
-        chief = Task("chief", command, env_for("chief", 0))
+        chief = Task("chief", wrap("chief", 0, command), env_for("chief", 0))
         start = time.monotonic()
         while chief.proc.poll() is None:
             if interrupted["signal"] is not None:
                 print(f"[launch] got signal {interrupted['signal']}; stopping "
                       "the cluster", flush=True)
-                status = 130
+                status = chief_status = 130
                 break
-            if timeout and time.monotonic() - start > timeout:
+            if timeout is not None and time.monotonic() - start > timeout:
                 print(f"[launch] chief still running after {timeout:.0f}s; "
                       "stopping the cluster", flush=True)
-                status = 124
+                status = chief_status = 124
                 break
             time.sleep(0.1)
         else:
-            status = chief.proc.returncode
+            status = chief_status = chief.proc.returncode
+            print(f"[launch] chief exited with {status}", flush=True)
             died = [t for t in servers if t.proc.poll() not in (None, 0)
                     and not t.stopping]
             for t in died:
@@ -169,10 +227,7 @@ def run(num_ps: int, num_workers: int, command: List[str],
             task.stop()
         for task in ([chief] if chief else []) + servers:
             task.reader.join(timeout=2)
-        for s, handler in old.items():
-            signal.signal(s, handler)
-    print(f"[launch] done, exit {status}", flush=True)
-    return status
+    return status, chief_status
 
 
 _PID_LINE = re.compile(r"\[launch\] (\S+) pid=(\d+)")
@@ -198,7 +253,9 @@ class LocalCluster:
     asks the launcher to stop its tasks (SIGTERM), `kill_all` SIGKILLs every
     process (fault injection). `env` defaults to this process's environment
     without TF_CONFIG; `pythonpath` is prepended to PYTHONPATH; `on_line` is
-    called with every line and `log` gets a copy of them.
+    called with every line and `log` gets a copy of them. `restarts`,
+    `cluster` and `task_prefix` are `run`'s (`pids` holds the newest
+    process of each task).
     """
 
     def __init__(self, ps: int, workers: int, command: List[str], *,
@@ -206,7 +263,9 @@ class LocalCluster:
                  env: Optional[Dict[str, str]] = None,
                  pythonpath: Optional[str] = None,
                  on_line: Optional[Callable[[str], None]] = None,
-                 log: Optional[TextIO] = None):
+                 log: Optional[TextIO] = None, restarts: int = 0,
+                 cluster: Optional[Dict[str, List[str]]] = None,
+                 task_prefix: Optional[str] = None):
         env = dict(os.environ if env is None else env)
         env.pop("TF_CONFIG", None)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -217,6 +276,12 @@ class LocalCluster:
                         "--ps", str(ps), "--workers", str(workers)]
         if timeout:
             self.command += ["--timeout", str(timeout)]
+        if restarts:
+            self.command += ["--restarts", str(restarts)]
+        if cluster:
+            self.command += ["--cluster", json.dumps(cluster)]
+        if task_prefix:
+            self.command += ["--task_prefix", task_prefix]
         self.command += ["--"] + list(command)
         self.proc = subprocess.Popen(
             self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -337,8 +402,22 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker tasks")
     parser.add_argument("--timeout", type=float, default=None,
                         help="stop everything after this many seconds")
+    parser.add_argument("--restarts", type=int, default=0,
+                        help="restart the whole cluster up to this many times "
+                        "after a failed chief or a dead task (resumes from "
+                        "the newest checkpoint)")
+    parser.add_argument("--restart_delay", type=float, default=2.0,
+                        help="seconds between a failure and the restart")
+    parser.add_argument("--cluster", default=None,
+                        help="explicit cluster addresses as TF_CONFIG's "
+                        "'cluster' JSON (default: free ports on 127.0.0.1)")
+    parser.add_argument("--task_prefix", default=None,
+                        help="command prefix for every task, with {kind} and "
+                        "{index}, e.g. 'ip netns exec host-{kind}{index}'")
     args = parser.parse_args(argv)
-    return run(args.ps, args.workers, command, args.timeout)
+    cluster = json.loads(args.cluster) if args.cluster else None
+    return run(args.ps, args.workers, command, args.timeout, args.restarts,
+               cluster, args.task_prefix, args.restart_delay)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from tnet.distribute import pin_mmap_threshold
 
 def main() -> int:
     pin_mmap_threshold()   # flat RSS across checkpoints (see above)
+    distribute.set_grpc_defaults()  # keepalive: find silent peers
     bind.ensure()  # listen on TF_CONFIG's address only (TNET_BIND, SECURITY.md)
     try:
         config = distribute.parse_tf_config()

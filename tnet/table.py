@@ -32,6 +32,7 @@ import itertools
 import math
 from typing import Any, NamedTuple, Optional, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from tnet.optimizer.sparse import resolve_learning_rate
@@ -542,6 +543,53 @@ class SparseTable(tf.Module):
                          tf.convert_to_tensor(weights, tf.float32),
                          tf.convert_to_tensor(slots, tf.float32),
                          tf.convert_to_tensor(meta, tf.float64), dim=self.dim)
+
+    def export_pending(self) -> dict:
+        """The admission state of every shard (eager), for checkpoints:
+        {"keys", "counts", "ages"} (numpy; every key still waiting for
+        admission, its show count and its age in its stripe's ticks) and
+        "counters" [num_shards, 5] (admitted, rejected, evicted,
+        pending_dropped, cap_evicted per shard)."""
+        keys, counts, ages, counters = [], [], [], []
+        for s in self.shards:
+            k, c, a, ctr = _shard_op(_ops.sparse_table_export_pending,
+                                     s.resource_handle)
+            keys.append(k.numpy())
+            counts.append(c.numpy())
+            ages.append(a.numpy())
+            counters.append(ctr.numpy())
+        return {"keys": np.concatenate(keys), "counts": np.concatenate(counts),
+                "ages": np.concatenate(ages), "counters": np.stack(counters)}
+
+    def import_pending(self, keys, counts, ages, counters=None) -> None:
+        """Replaces every shard's admission state with `export_pending`'s
+        (eager): each key goes to the shard that owns it (any shard count);
+        keys that have a row are skipped. counters: [n, 5] per saved shard;
+        with the same number of shards each shard gets its own, otherwise
+        shard 0 gets their sums (stats() sums shards either way)."""
+        keys = np.asarray(keys, np.int64).reshape(-1)
+        counts = np.asarray(counts, np.float32).reshape(-1)
+        ages = np.asarray(ages, np.int64).reshape(-1)
+        if not len(keys) == len(counts) == len(ages):
+            raise ValueError(
+                f"SparseTable {self.table_name!r}: import_pending needs keys, "
+                f"counts and ages of one length, got {len(keys)}, "
+                f"{len(counts)} and {len(ages)}")
+        n = self.num_shards
+        per_shard = [np.zeros([0], np.int64)] * n
+        if counters is not None:
+            counters = np.asarray(counters, np.int64).reshape(-1, 5)
+            if len(counters) == n:
+                per_shard = list(counters)
+            else:
+                per_shard = [counters.sum(axis=0)] + [np.zeros(5, np.int64)] * (n - 1)
+        where = np.mod(keys, n) if n > 1 else np.zeros(len(keys), np.int64)
+        for i, s in enumerate(self.shards):
+            mine = where == i
+            _shard_op(_ops.sparse_table_import_pending, s.resource_handle,
+                      tf.constant(keys[mine]), tf.constant(counts[mine]),
+                      tf.constant(ages[mine]),
+                      tf.constant(per_shard[i], tf.int64), replace=True)
 
     def evict(self, show_decay_rate: float = 1.0, show_threshold: float = 0.0,
               ttl_steps: int = 0, current_step: int = 0,

@@ -95,6 +95,10 @@ flags.DEFINE_string("export_dir", "", "If set, export a SavedModel for "
                     "check it in a fresh process without tnet.")
 flags.DEFINE_enum("quantize", None, ["float16", "int8"], "Embedding storage "
                   "of the export (default float32).")
+flags.DEFINE_bool("updatable_export", False, "Write the export with "
+                  "updatable=True (an overlay and the apply_delta "
+                  "signatures): tn.saving.publish_delta and python -m "
+                  "tnet.serving.follow can then keep it fresh.")
 flags.DEFINE_string("checkpoint_dir", "", "Checkpoints (tables + dense "
                     "state) go here; training resumes from the newest one. "
                     "Empty: no checkpoints.")
@@ -208,6 +212,10 @@ class _Throughput(tf_keras.callbacks.Callback):
         self.seconds = time.perf_counter() - self.start
 
 
+# The running job's model and Checkpoint callback, for the lost-task line.
+_RUN: dict = {}
+
+
 def run() -> dict:
     tf_keras.utils.set_random_seed(FLAGS.seed)
     os.makedirs(FLAGS.model_dir, exist_ok=True)
@@ -228,6 +236,7 @@ def run() -> dict:
         model = (build_model(None, None, None) if retrieval else
                  build_model(spec.categorical, spec.dense, spec.string_ids))
         model.compile(tn.optimizer.by_name(FLAGS.optimizer)(FLAGS.learning_rate))
+    _RUN["model"], _RUN["distributed"] = model, distributed
     steps = -(-spec.train_rows // FLAGS.batch_size) if distributed else None
     meter = _Throughput(steps)
     callbacks = []
@@ -242,6 +251,7 @@ def run() -> dict:
             incremental=FLAGS.checkpoint_incremental,
             full_every=FLAGS.checkpoint_full_every)
         callbacks.append(checkpoints)
+        _RUN["checkpoints"] = checkpoints
     maintenance = _lifecycle(model, checkpoints)
     if maintenance is not None:
         callbacks.append(maintenance)
@@ -333,11 +343,13 @@ def export_and_check(model, spec, version: int | None = None,
     # call, as Keras' model.save does (ragged ids -> padded [None, None]).
     expected = model(features, training=False).numpy()[:256].reshape(-1)
     path = tn.saving.export_for_serving(model, version,
-                                        quantize=FLAGS.quantize)
+                                        quantize=FLAGS.quantize,
+                                        updatable=FLAGS.updatable_export)
     sample = {k: _serving_array(v)[:256] for k, v in features.items()}
     sample_path = _save_sample(__expected__=expected, **sample)
     tolerance = {None: 1e-5, "float16": 1e-3, "int8": 1e-2}[FLAGS.quantize]
-    result = {"path": path, "quantize": FLAGS.quantize}
+    result = {"path": path, "quantize": FLAGS.quantize,
+              "updatable": FLAGS.updatable_export}
     result["checked_without_tnet"] = _run_checker(
         "check.py", path, sample_path, tolerance)
     return result
@@ -449,8 +461,15 @@ def main(argv):
         lost = tn.distribute.explain_failure(e)
         if lost is None:
             raise
-        print(f"tnet.train: {lost}", file=sys.stderr, flush=True)
-        return 3
+        note = tn.distribute.steps_lost_note(_RUN.get("model"),
+                                             _RUN.get("checkpoints"))
+        print(f"tnet.train: {lost} ({note})", file=sys.stderr, flush=True)
+        tn.distribute.exit_now(3)  # no teardown waiting on the lost task
+    if _RUN.get("distributed"):
+        # Everything is written: skip the interpreter's teardown, which
+        # removes functions from every remote task and stalled 38 s on a
+        # worker that had been cut off (measured, tests/test_hosts.py).
+        tn.distribute.exit_now(0)
     return 0
 
 

@@ -104,7 +104,7 @@ def main() -> int:
         if lost is None:
             raise
         print(f"FAULT_LOST_PS {lost}", file=sys.stderr, flush=True)
-        return 3
+        tn.distribute.exit_now(3)
     return 0
 
 

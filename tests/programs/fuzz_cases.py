@@ -241,6 +241,40 @@ def changes_case(draw) -> dict:
 
 
 @st.composite
+def export_pending_case(draw) -> dict:
+    return {"op": "SparseTableExportPending", "handle": draw(handle),
+            "args": {}, "attrs": {}}
+
+
+@st.composite
+def import_pending_case(draw) -> dict:
+    """SparseTableImportPending: mostly equal lengths, finite counts and
+    ages in [0, 2^32); counters empty or [5] (sometimes negative)."""
+    n = draw(sizes)
+    length = mostly(st.just([n]), st.lists(sizes, min_size=0, max_size=2))
+    keys = draw(tensor_of("int64", length, KEY_FILLS))
+    counts = draw(mostly(tensor_of("float32", length, ["rand", "value"]),
+                         tensor("float32", length)))
+    ages = draw(mostly(_ints_strategy("int64", length, 2**32),
+                       tensor("int64", length)))
+    counters = draw(mostly(
+        st.sampled_from([[0], [5]]).flatmap(
+            lambda shape: _ints_strategy("int64", st.just(shape), 1000)),
+        tensor("int64", st.lists(sizes, min_size=0, max_size=2))))
+    return {"op": "SparseTableImportPending", "handle": draw(handle),
+            "args": {"keys": keys, "counts": counts, "ages": ages,
+                     "counters": counters},
+            "attrs": {"replace": draw(st.booleans())}}
+
+
+def _ints_strategy(dtype: str, shape: st.SearchStrategy, below: int):
+    """Tensors of valid non-negative ints below `below` (fill "mod")."""
+    return shape.flatmap(lambda sh: st.integers(0, 2**16).map(
+        lambda seed: {"dtype": dtype, "shape": sh, "fill": "mod",
+                      "value": below, "seed": seed}))
+
+
+@st.composite
 def import_case(draw) -> dict:
     h = draw(handle)
     dim = _pool_dim(h)
@@ -489,6 +523,8 @@ TARGETED = {
     "SparseTableMarkChanges": mark_changes_case(),
     "SparseTableChanges": changes_case(),
     "SparseTableImport": import_case(),
+    "SparseTableExportPending": export_pending_case(),
+    "SparseTableImportPending": import_pending_case(),
     "SparseTableEvict": evict_case(),
     "SparseTableSize": info_case(),
     "SparseTableMemoryBytes": info_case(),

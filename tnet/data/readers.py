@@ -44,6 +44,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
+from tnet import _ops
 from tnet.data import _rows
 from tnet.data._rows import LINE_BITS, Field, ReadStats, RowFormat, read_rows
 from tnet.data.spec import Feature, FeatureSpec
@@ -381,11 +382,15 @@ def _delimited_format(spec: FeatureSpec, first_file: str, delim: str,
 def _decode_cell(f: Feature, text: tf.Tensor):
     empty = tf.strings.length(text) == 0
     if f.multi:
-        parts = tf.strings.split(text, f.separator)
-        parts = tf.ragged.boolean_mask(parts, tf.strings.length(parts) > 0)
         if f.dtype == "int64":
-            return tf.strings.to_number(parts, tf.int64)
-        return parts
+            # One pass over the bytes (TnetDecodeIdLists): the result of
+            # split -> drop empty parts -> to_number, at ~1/3 of its CPU.
+            values, splits = _ops.tnet_decode_id_lists(text,
+                                                       separator=f.separator)
+            return tf.RaggedTensor.from_row_splits(values, splits,
+                                                   validate=False)
+        parts = tf.strings.split(text, f.separator)
+        return tf.ragged.boolean_mask(parts, tf.strings.length(parts) > 0)
     if f.kind == "label":
         return tf.strings.to_number(text, tf.float64)
     if f.dtype == "string":

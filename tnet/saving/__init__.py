@@ -6,13 +6,15 @@
   `tnet.saving.checkpoint`; `tn.callbacks.Checkpoint` drives them from fit.
 - `export_for_serving(model, export_dir, quantize=None)`: a SavedModel that
   stock TensorFlow and TF Serving load without tnet (see
-  `tnet.saving.export`).
+  `tnet.saving.export`); with `updatable=True`, `publish_delta(model,
+  export_dir)` streams changed rows to it (see `tnet.saving.fresh`).
 """
 from tnet.saving.checkpoint import (CheckpointError, latest_checkpoint,
                                     list_checkpoints, read_manifest, restore,
                                     save)
 from tnet.saving.export import ExportWriteError, export_for_serving
+from tnet.saving.fresh import DeltaError, publish_delta
 
 __all__ = ["save", "restore", "latest_checkpoint", "list_checkpoints",
            "read_manifest", "CheckpointError", "export_for_serving",
-           "ExportWriteError"]
+           "ExportWriteError", "publish_delta", "DeltaError"]

@@ -115,7 +115,8 @@ import tensorflow as tf
 from tnet.saving.delta_marks import (
     _deleted_keys, _set_marks, _table_changes)
 from tnet.saving.files import (
-    _default_progress, _fsync_dir, _fsync_file, _Progress, _safe_name, _sha256,
+    _default_progress, _fsync_dir, _fsync_file, _is_disk_full, _Progress,
+    _safe_name, _sha256,
     Progress)
 from tnet.saving.h5parts import _Part
 from tnet.saving.manifest import (
@@ -272,12 +273,6 @@ def _check_free_space(model, tables, directory: str, final: str) -> None:
             f"complete checkpoint is {previous or '(none)'}.", final, errno.ENOSPC)
 
 
-def _is_disk_full(error: BaseException) -> bool:
-    text = str(error).lower()
-    return (getattr(error, "errno", None) == errno.ENOSPC or "no space left" in text
-            or "errno = 28" in text)
-
-
 def _delta_parent(directory, tables, step, train_step, full_every):
     """((path, manifest, {table: per-shard changes}), None) for a delta, or
     (None, reason)."""
@@ -419,6 +414,8 @@ def _write_table(table: SparseTable, name: str, tmp: str, step: int,
         parts.append({"file": rel, "shard": shard, "rows": n})
         written += n
     progress.end()
+    pending_rel = os.path.join(rel_dir, "pending.h5")
+    n_pending = _write_pending(os.path.join(tmp, pending_rel), table, name)
     info = {
         "dim": table.dim, "num_slots": table.num_slots,
         "optimizer": {"name": table.optimizer.name,
@@ -427,6 +424,7 @@ def _write_table(table: SparseTable, name: str, tmp: str, step: int,
         "dtypes": dict(DTYPES), "rows": live, "rows_written": written,
         "parts": parts, "deleted": 0, "deleted_file": None,
         "since_steps": ([c["mark"] for c in changes] if delta else None),
+        "pending": n_pending, "pending_file": pending_rel,
     }
     if delta:
         keys = (np.concatenate(written_keys) if written_keys
@@ -443,6 +441,25 @@ def _write_table(table: SparseTable, name: str, tmp: str, step: int,
         info["deleted"] = int(len(deleted))
         info["deleted_file"] = rel
     return info
+
+
+def _write_pending(path: str, table: SparseTable, name: str) -> int:
+    """Writes the table's whole admission state (every checkpoint, full or
+    delta, holds all of it: counts change without any row changing) and its
+    lifecycle counters: datasets `keys` int64, `counts` float32, `ages`
+    int64 (see SparseTable.export_pending) and `counters` int64 [shards, 5].
+    Returns the number of pending keys."""
+    state = table.export_pending()
+    n = len(state["keys"])
+    with h5py.File(path, "w") as f:
+        for key in ("keys", "counts", "ages"):
+            f.create_dataset(key, data=state[key],
+                             compression="gzip" if n else None,
+                             shuffle=bool(n))
+        f.create_dataset("counters", data=state["counters"])
+        f.attrs["format"] = FORMAT
+        f.attrs["table"] = name
+    return n
 
 
 def _remove_stale_temps(directory: str) -> None:

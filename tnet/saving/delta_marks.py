@@ -34,10 +34,20 @@ _MARKS: "weakref.WeakKeyDictionary[SparseTable, _Marks]" = (
     weakref.WeakKeyDictionary())
 
 
+# Readers of the deletion log besides checkpoints (tnet.saving.fresh's
+# delta publishers): each is called with the table right before a
+# checkpoint re-marks it (which empties the log), and a table any of them
+# holds keeps tracking when a checkpoint stops its own.
+_BEFORE_MARK: List = []
+
+
 def _set_marks(table: SparseTable, ckpt_id: Optional[str]) -> None:
     """Marks `table` at checkpoint `ckpt_id`, or (None) stops tracking."""
+    keep = False
+    for drain in list(_BEFORE_MARK):
+        keep = bool(drain(table)) or keep
     if ckpt_id is None:
-        table.mark_changes(False)
+        table.mark_changes(keep)
         _MARKS.pop(table, None)
     else:
         _MARKS[table] = _Marks(ckpt_id, table.mark_changes(True))

@@ -76,6 +76,7 @@ import numpy as np
 import tensorflow as tf
 
 from tnet import scopes
+from tnet.saving.files import _fsync_dir, _fsync_file, _is_disk_full
 from tnet.saving.op_check import (ops_of, raise_if_tnet_ops,  # noqa: F401
                                   stock_op_types, strip_cluster_devices,
                                   tnet_ops_in)
@@ -98,7 +99,7 @@ SCRATCH_DIR = ".tnet-scratch"  # inside the temporary export dir
 def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
                        input_signature: Optional[Mapping[str, tf.TensorSpec]] = None,
                        candidates: Optional[Mapping[str, Any]] = None,
-                       k: int = 100) -> str:
+                       k: int = 100, updatable: bool = False) -> str:
     """Writes `model` as a SavedModel that stock TensorFlow serves.
 
     Args:
@@ -122,6 +123,11 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
         included). They are embedded here, once, and the export becomes a
         top-K retriever (see `tnet.saving.retrieval`).
       k: with candidates, how many (id, score) pairs a query returns.
+      updatable: also write, per table, an overlay of stock TF state and
+        the signatures `apply_delta`, `apply_rows` and `serving_version`,
+        so deltas published by `tn.saving.publish_delta` can be applied to
+        the running model (`python -m tnet.serving.follow`); see
+        `tnet.saving.fresh`.
 
     Returns the export directory. The SavedModel's "serving_default"
     signature takes the features by name and returns {"prediction": model
@@ -137,6 +143,10 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
             "scope; call it outside `strategy.scope()` so the export's "
             "variables are created locally, not on ps tasks")
     retrieval = None
+    if updatable and (candidates is not None or quantize is not None):
+        raise ValueError(
+            "export_for_serving(updatable=True) serves float32 embeddings of "
+            "a ranking model: drop quantize= and candidates=")
     if candidates is not None:
         from tnet.saving import retrieval as retrieval_lib  # noqa: PLC0415
         retrieval = retrieval_lib.RetrievalExport(model, candidates, k)
@@ -157,7 +167,8 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
     _check_free_space(model, parent, export_dir, quantize)
     tmp = tempfile.mkdtemp(prefix=prefix, dir=parent)
     try:
-        info = _write(model, tmp, quantize, signature, retrieval)
+        info = _write(model, tmp, quantize, signature, retrieval,
+                      updatable)
         with open(os.path.join(tmp, INFO_FILE), "w") as f:
             json.dump(info, f, indent=2, sort_keys=True)
         _fsync_tree(tmp)
@@ -209,13 +220,6 @@ def _is_write_failure(error: BaseException) -> bool:
     text = str(error).lower()
     return _is_disk_full(error) or "read-only file system" in text or (
         "permission denied" in text)
-
-
-def _is_disk_full(error: BaseException) -> bool:
-    text = str(error).lower()
-    return (getattr(error, "errno", None) == errno.ENOSPC
-            or "no space left" in text or "errno = 28" in text
-            or "resource exhausted" in text and "space" in text)
 
 
 def _free_bytes(path: str) -> Optional[int]:
@@ -272,24 +276,12 @@ def _fsync_tree(path: str) -> None:
     so a power loss cannot leave a visible version with missing bytes."""
     for root, _, files in os.walk(path):
         for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _fsync_file(os.path.join(root, name))
         _fsync_dir(root)
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write(model, path: str, quantize: Optional[str],
-           signature: "Signature", retrieval=None
+           signature: "Signature", retrieval=None, updatable: bool = False
            ) -> Dict[str, Any]:
     tables = _model_tables(model)
     if retrieval is not None:
@@ -306,6 +298,9 @@ def _write(model, path: str, quantize: Optional[str],
         # bucket (serving_table.write_sliced), never all in memory.
         serving = {name: ServingTable(name, tables[name].dim, quantize)
                    for name in sorted(tables)}
+        if updatable:
+            for t in serving.values():
+                t.make_updatable()
         module.tables = serving
         module.streamed_variables = [v for name in sorted(serving)
                                      for v in serving[name].placeholders()]
@@ -341,8 +336,17 @@ def _write(model, path: str, quantize: Optional[str],
     dense = [v for v in concrete.variables if id(v) not in own]
     # Tracked in a list, not through the Keras model: see the module doc.
     module.dense_variables = dense
-    tf.saved_model.save(module, path,
-                        signatures={SIGNATURE_KEY: concrete})
+    signatures = {SIGNATURE_KEY: concrete}
+    fresh_info = None
+    if updatable:
+        from tnet.saving import fresh  # noqa: PLC0415
+        with tf.device(None):
+            extra, fresh_info = fresh.updatable_signatures(module, serving,
+                                                           dense, model)
+        for name, fn in extra.items():
+            raise_if_tnet_ops(ops_of(fn.graph.as_graph_def()), name)
+        signatures.update(extra)
+    tf.saved_model.save(module, path, signatures=signatures)
     scratch = os.path.join(path, SCRATCH_DIR)
     write_sliced(path, module, [(serving[n], tables[n]) for n in
                                 sorted(serving)], scratch)
@@ -364,6 +368,7 @@ def _write(model, path: str, quantize: Optional[str],
         "outputs": ([OUTPUT_KEY] if retrieval is None
                     else list(retrieval.OUTPUT_KEYS)),
         **({} if retrieval is None else {"retrieval": retrieval.info()}),
+        **({} if fresh_info is None else {"updatable": fresh_info}),
         "tables": entries,
         "dense_variables": len(dense),
         "dense_bytes": int(sum(v.shape.num_elements() * v.dtype.size

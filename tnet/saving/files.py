@@ -1,7 +1,10 @@
-"""File plumbing of checkpoints: fsync, sha256, safe names, progress.
+"""File plumbing of the three writers of published directories
+(checkpoints, serving exports, serving deltas): fsync, sha256, the
+disk-full test, safe names, progress.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -36,6 +39,15 @@ def _fsync_dir(path: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _is_disk_full(error: BaseException) -> bool:
+    """An error that means the file system is full (ENOSPC from Python,
+    or TensorFlow's and HDF5's texts for it)."""
+    text = str(error).lower()
+    return (getattr(error, "errno", None) == errno.ENOSPC
+            or "no space left" in text or "errno = 28" in text
+            or "resource exhausted" in text and "space" in text)
 
 
 def _sha256(path: str) -> str:

@@ -71,6 +71,7 @@ def restore(model, path: str, track_changes: bool = False,
         # would fill the deletion log); marked afterwards if asked.
         _set_marks(tables[name], None)
         _restore_table(tables[name], name, chain, chunk_rows, say)
+        _restore_pending(tables[name], name, chain[-1])
         if track_changes:
             _set_marks(tables[name], final_manifest["id"])
         rows += final_manifest["tables"][name]["rows"]
@@ -111,6 +112,8 @@ def _verify_files(cpath: str, manifest: Dict[str, Any]) -> None:
               for p in t["parts"]]
     needed += [t["deleted_file"] for t in manifest["tables"].values()
                if t.get("deleted_file")]
+    needed += [t["pending_file"] for t in manifest["tables"].values()
+               if t.get("pending_file")]
     for rel in needed:
         if rel not in listed:
             raise CheckpointError(f"{os.path.join(cpath, MANIFEST)} does not "
@@ -195,6 +198,11 @@ def _check_parts(cpath: str, manifest: Dict[str, Any],
         if info.get("deleted_file"):
             _check_h5(os.path.join(cpath, info["deleted_file"]),
                       {"keys": ((info["deleted"],), "int64")})
+        if info.get("pending_file"):
+            n = info["pending"]
+            _check_h5(os.path.join(cpath, info["pending_file"]),
+                      {"keys": ((n,), "int64"), "counts": ((n,), "float32"),
+                       "ages": ((n,), "int64")})
 
 
 def _clear(table: SparseTable) -> None:
@@ -257,6 +265,20 @@ def _restore_table(table: SparseTable, name: str, chain, batch_rows: int,
             f"table {name!r}: restored {live} rows, "
             f"{os.path.join(chain[-1][0], MANIFEST)} says {expected}",
             chain[-1][0])
+
+
+def _restore_pending(table: SparseTable, name: str, newest) -> None:
+    """The admission state and lifecycle counters of the newest checkpoint
+    of the chain (each one holds all of it). Checkpoints written before
+    tnet saved it have none: the table then starts with no pending keys
+    (counts start again) and its counters as the restore left them."""
+    cpath, manifest = newest
+    rel = manifest["tables"][name].get("pending_file")
+    if not rel:
+        return
+    with h5py.File(os.path.join(cpath, rel), "r") as f:
+        table.import_pending(f["keys"][:], f["counts"][:], f["ages"][:],
+                             f["counters"][:])
 
 
 def _import_batch(table: SparseTable, shard: int, k, w, s, m,

@@ -105,6 +105,34 @@ class ServingTable(tf.Module):
                                    f"{self.name}_matrix")
         self.scale = (_placeholder(tf.float32, [None], f"{self.name}_scale")
                       if quantize == "int8" else None)
+        self.overlay = None  # see make_updatable
+
+    def make_updatable(self) -> None:
+        """Adds the overlay of an updatable export (tnet.saving.fresh): a
+        stock `MutableHashTable` from the table's key to [state, row...],
+        state 1 a row published since the base, 2 a key freed since (reads
+        the zero row); a key absent from it reads the base."""
+        self.overlay = tf.lookup.experimental.MutableHashTable(
+            key_dtype=tf.int64, value_dtype=tf.float32,
+            default_value=tf.zeros([self.dim + 1], tf.float32),
+            name=f"{self.name}_overlay")
+
+    def apply(self, keys, rows, deleted):
+        """Overlay insert of published rows and freed keys (one stock
+        LookupTableInsertV2 each: a reader sees all of a call's rows or
+        none, never half a row)."""
+        rows = tf.reshape(rows, [-1, self.dim])
+        value = tf.concat([tf.ones([tf.shape(rows)[0], 1]), rows], axis=1)
+        gone = tf.concat([tf.fill([tf.size(deleted), 1], 2.0),
+                          tf.zeros([tf.size(deleted), self.dim])], axis=1)
+        # Deleted first: a key both freed and published (freed, then
+        # re-inserted) ends as the published row.
+        ins = self.overlay.insert(deleted, gone)
+        with tf.control_dependencies([ins]):
+            return self.overlay.insert(keys, value)
+
+    def overlay_size(self):
+        return self.overlay.size()
 
     @property
     def weight_dtype(self) -> str:
@@ -131,14 +159,19 @@ class ServingTable(tf.Module):
                              tf.equal(tf.gather(sorted_keys, index), mixed))
         index = tf.where(hit, index, rows)
         rows = tf.gather(self.matrix, index)
-        if self.quantize is None:
-            return rows
         if self.quantize == "float16":
             rows = tf.bitcast(rows, tf.float16)
-        rows = tf.cast(rows, tf.float32)
+        if self.quantize is not None:
+            rows = tf.cast(rows, tf.float32)
         if self.quantize == "int8":
             rows = rows * tf.gather(self.scale, index)[:, tf.newaxis]
-        return rows
+        if self.overlay is None:
+            return rows
+        # Overlay first (one LookupTableFindV2: a consistent snapshot of
+        # the overlay), then the base.
+        found = self.overlay.lookup(tf.convert_to_tensor(keys, tf.int64))
+        state = found[:, :1]
+        return tf.where(state > 0.5, found[:, 1:], rows)
 
     def payload_bytes(self) -> Dict[str, int]:
         """Bytes of the matrix (and scales) and of the sorted keys."""

@@ -152,4 +152,99 @@ REGISTER_KERNEL_BUILDER(Name("SparseTableChanges").Device(tf::DEVICE_CPU),
 REGISTER_KERNEL_BUILDER(Name("SparseTableEvict").Device(tf::DEVICE_CPU),
                         SparseTableEvictOp);
 
+
+// SparseTableExportPending / SparseTableImportPending: the admission state
+// (pending keys, counts, ages) and the lifecycle counters, for checkpoints.
+class SparseTableExportPendingOp : public tf::OpKernel {
+ public:
+  using tf::OpKernel::OpKernel;
+  void Compute(tf::OpKernelContext* ctx) override {
+    tf::core::RefCountPtr<TableResource> res;
+    OP_REQUIRES_OK(ctx, LookupTable(ctx, 0, /*expected_dim=*/-1, &res));
+    std::vector<int64_t> keys, ages;
+    std::vector<float> counts;
+    res->table()->ExportPending(&keys, &counts, &ages);
+    const int64_t n = static_cast<int64_t>(keys.size());
+    tf::Tensor *k, *c, *a, *ctr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {n}, &k));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, {n}, &c));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, {n}, &a));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            3, {TableShard::kNumCounters}, &ctr));
+    if (n > 0) {
+      std::memcpy(k->flat<int64_t>().data(), keys.data(), n * sizeof(int64_t));
+      std::memcpy(c->flat<float>().data(), counts.data(), n * sizeof(float));
+      std::memcpy(a->flat<int64_t>().data(), ages.data(), n * sizeof(int64_t));
+    }
+    res->table()->Counters(ctr->flat<int64_t>().data());
+  }
+};
+
+class SparseTableImportPendingOp : public tf::OpKernel {
+ public:
+  explicit SparseTableImportPendingOp(tf::OpKernelConstruction* ctx)
+      : tf::OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("replace", &replace_));
+  }
+  void Compute(tf::OpKernelContext* ctx) override {
+    tf::core::RefCountPtr<TableResource> res;
+    OP_REQUIRES_OK(ctx, LookupTable(ctx, 0, /*expected_dim=*/-1, &res));
+    const tf::Tensor& keys = ctx->input(1);
+    const tf::Tensor& counts = ctx->input(2);
+    const tf::Tensor& ages = ctx->input(3);
+    const tf::Tensor& counters = ctx->input(4);
+    OP_REQUIRES(ctx,
+                tf::TensorShapeUtils::IsVector(keys.shape()) &&
+                    tf::TensorShapeUtils::IsVector(counts.shape()) &&
+                    tf::TensorShapeUtils::IsVector(ages.shape()) &&
+                    counts.dim_size(0) == keys.dim_size(0) &&
+                    ages.dim_size(0) == keys.dim_size(0),
+                tf::errors::InvalidArgument(
+                    "keys, counts and ages must be vectors of one length, got ",
+                    keys.shape().DebugString(), ", ",
+                    counts.shape().DebugString(), " and ",
+                    ages.shape().DebugString()));
+    OP_REQUIRES(ctx,
+                tf::TensorShapeUtils::IsVector(counters.shape()) &&
+                    (counters.dim_size(0) == 0 ||
+                     counters.dim_size(0) == TableShard::kNumCounters),
+                tf::errors::InvalidArgument(
+                    "counters must be empty (unchanged) or have shape [",
+                    TableShard::kNumCounters, "], got ",
+                    counters.shape().DebugString()));
+    const int64_t n = keys.dim_size(0);
+    const float* c = counts.flat<float>().data();
+    const int64_t* a = ages.flat<int64_t>().data();
+    for (int64_t i = 0; i < n; ++i) {
+      OP_REQUIRES(ctx, std::isfinite(c[i]) && c[i] >= 0.0f,
+                  tf::errors::InvalidArgument(
+                      "counts[", i, "] = ", c[i],
+                      " is not a finite count >= 0"));
+      OP_REQUIRES(ctx,
+                  a[i] >= 0 && a[i] <= std::numeric_limits<uint32_t>::max(),
+                  tf::errors::InvalidArgument("ages[", i, "] = ", a[i],
+                                              " is not in [0, 2^32)"));
+    }
+    const int64_t* ctr = counters.flat<int64_t>().data();
+    for (int64_t i = 0; i < counters.dim_size(0); ++i) {
+      OP_REQUIRES(ctx, ctr[i] >= 0,
+                  tf::errors::InvalidArgument("counters[", i, "] = ", ctr[i],
+                                              " is negative"));
+    }
+    res->table()->ImportPending(keys.flat<int64_t>().data(), c, a, n,
+                                replace_);
+    if (counters.dim_size(0) > 0) res->table()->SetCounters(ctr);
+  }
+
+ private:
+  bool replace_ = false;
+};
+
+REGISTER_KERNEL_BUILDER(
+    Name("SparseTableExportPending").Device(tf::DEVICE_CPU),
+    SparseTableExportPendingOp);
+REGISTER_KERNEL_BUILDER(
+    Name("SparseTableImportPending").Device(tf::DEVICE_CPU),
+    SparseTableImportPendingOp);
+
 }  // namespace tnet

@@ -168,6 +168,51 @@ Lifecycle counters of one shard: [rows, admitted, rejected, evicted, bytes,
 pending, pending_dropped, cap_evicted] (see TableShard::Stats).
 )doc");
 
+REGISTER_OP("SparseTableExportPending")
+    .Input("table: resource")
+    .Output("keys: int64")
+    .Output("counts: float")
+    .Output("ages: int64")
+    .Output("counters: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 0, &unused));
+      auto n = c->UnknownDim();
+      c->set_output(0, c->Vector(n));
+      c->set_output(1, c->Vector(n));
+      c->set_output(2, c->Vector(n));
+      c->set_output(3, c->Vector(5));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+One shard's admission state: every key waiting for admission with its show
+count and age (ticks since its count changed), and the lifecycle counters
+[admitted, rejected, evicted, pending_dropped, cap_evicted].
+)doc");
+
+REGISTER_OP("SparseTableImportPending")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("counts: float")
+    .Input("ages: int64")
+    .Input("counters: int64")
+    .Attr("replace: bool = true")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 0, &unused));
+      for (int i = 1; i <= 4; ++i) {
+        TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 1, &unused));
+      }
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+Restores admission state (SparseTableExportPending's outputs): replace
+empties the shard's pending maps first; keys that have a row are skipped.
+counters: [5] sets the lifecycle counters, empty leaves them.
+)doc");
+
 REGISTER_OP("SparseTableExport")
     .Input("table: resource")
     .Input("cursor: int64")

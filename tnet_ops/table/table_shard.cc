@@ -117,6 +117,67 @@ ChangeInfo TableShard::Changes(std::vector<int64_t>* deleted) const {
   return c;
 }
 
+void TableShard::ExportPending(std::vector<int64_t>* keys,
+                               std::vector<float>* counts,
+                               std::vector<int64_t>* ages) const {
+  for (const auto& s : stripes_) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    const uint32_t now = s->tick;
+    s->pending.ForEach([&](const PendingMap::Slot& e) {
+      keys->push_back(e.key);
+      counts->push_back(e.count);
+      ages->push_back(static_cast<int64_t>(now - e.tick));  // wrap-safe
+    });
+  }
+}
+
+void TableShard::ImportPending(const int64_t* keys, const float* counts,
+                               const int64_t* ages, int64_t n, bool replace) {
+  if (replace) {
+    for (auto& s : stripes_) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->pending.Filter([](const PendingMap::Slot&) { return false; });
+      s->tick = 0;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t h = Mix64(static_cast<uint64_t>(keys[i]));
+    Stripe* s = stripes_[StripeOf(h)].get();
+    std::lock_guard<std::mutex> lock(s->mu);
+    const RowArena& arena = s->arena;
+    if (s->index.Find(keys[i], h, [&arena](uint32_t r) {
+          return KeyOf(arena.Row(r));
+        }) != HashIndex::kNotFound) {
+      continue;  // the key has a row: nothing waits for it
+    }
+    const uint32_t tick = s->tick - static_cast<uint32_t>(ages[i]);
+    PendingMap::Slot* p = s->pending.Find(keys[i], h);
+    if (p != nullptr) {
+      p->count = counts[i];
+      p->tick = tick;
+    } else {
+      s->pending.Insert(keys[i], h, counts[i], tick);
+      if (s->pending.size() > s->pending_cap) DropPending(s);
+    }
+  }
+}
+
+void TableShard::Counters(int64_t* out) const {
+  out[0] = admitted_.load(std::memory_order_relaxed);
+  out[1] = rejected_.load(std::memory_order_relaxed);
+  out[2] = evicted_.load(std::memory_order_relaxed);
+  out[3] = pending_dropped_.load(std::memory_order_relaxed);
+  out[4] = cap_evicted_.load(std::memory_order_relaxed);
+}
+
+void TableShard::SetCounters(const int64_t* in) {
+  admitted_.store(in[0], std::memory_order_relaxed);
+  rejected_.store(in[1], std::memory_order_relaxed);
+  evicted_.store(in[2], std::memory_order_relaxed);
+  pending_dropped_.store(in[3], std::memory_order_relaxed);
+  cap_evicted_.store(in[4], std::memory_order_relaxed);
+}
+
 void TableShard::InitRow(char* row, int64_t key) {
   SetKey(row, key);
   // While changes are tracked, a new row is stamped above the mark so an

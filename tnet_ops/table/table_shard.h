@@ -184,6 +184,24 @@ class TableShard {
   // Whether cursor is one Export can start from.
   bool ValidCursor(int64_t cursor) const;
 
+  // Admission state, for checkpoints: every pending key with its count and
+  // its age (ticks of its stripe since its count last changed, which orders
+  // the drops of a full map). ImportPending(replace=true) first empties
+  // every stripe's map; entries whose key has a row are skipped. Ages are
+  // re-based on the stripe's clock, so a table restored with the same
+  // stripes drops exactly what the uninterrupted one would.
+  void ExportPending(std::vector<int64_t>* keys, std::vector<float>* counts,
+                     std::vector<int64_t>* ages) const;
+  void ImportPending(const int64_t* keys, const float* counts,
+                     const int64_t* ages, int64_t n, bool replace);
+
+  // The lifecycle counters of Stats() that are not derived from the rows:
+  // admitted, rejected, evicted, pending_dropped, cap_evicted (a
+  // checkpoint saves them; SetCounters restores them).
+  static constexpr int kNumCounters = 5;
+  void Counters(int64_t* out) const;
+  void SetCounters(const int64_t* in);
+
  private:
   struct Stripe;
 

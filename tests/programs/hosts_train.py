@@ -1,0 +1,115 @@
+"""Training program for tests/test_hosts.py (a cluster across network
+namespaces): the small Wide&Deep of tests/programs/ckpt_train.py on its
+deterministic synthetic rows, with a checkpoint every epoch.
+
+Lines it prints:
+  HOSTS_START steps_per_epoch=N attempt=A
+  HOSTS_RESTORED step=N          (a checkpoint was restored)
+  PROGRESS t=<unix time> it=<optimizer.iterations>   (every --every s, from
+                                  a thread that reads the step on the ps)
+  HOSTS_SAVED step=N epoch=E     (after each checkpoint)
+  HOSTS_DONE iterations=N planned=M
+  HOSTS_LOST <tnet's one-line lost-task message>   (then exit 3)
+"""
+import argparse
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
+
+import tnet as tn  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import tf_keras  # noqa: E402
+
+from tests.programs.ckpt_train import CATS, DENSE, make_data  # noqa: E402
+from tnet.models import WideDeep  # noqa: E402
+
+
+class Report(tf_keras.callbacks.Callback):
+    def __init__(self, ckpt):
+        super().__init__()
+        self.ckpt = ckpt
+
+    def on_train_begin(self, logs=None):
+        if self.ckpt.restored_step is not None:
+            print(f"HOSTS_RESTORED step={self.ckpt.restored_step}", flush=True)
+
+    def on_epoch_end(self, epoch, logs=None):
+        print(f"HOSTS_SAVED step={self.ckpt.last_saved_step} epoch={epoch + 1}",
+              flush=True)
+
+
+def monitor(model, every, stop):
+    while not stop.wait(every):
+        try:
+            it = int(model.optimizer.iterations.numpy())
+        except Exception:  # noqa: BLE001  (a lost ps: the main thread reports)
+            continue
+        print(f"PROGRESS t={time.time():.3f} it={it}", flush=True)
+
+
+RUN = {}
+
+
+def train(args) -> None:
+    tf_keras.utils.set_random_seed(0)
+    strategy = tn.distribute.ParameterServerStrategy()
+    with strategy.scope():
+        model = WideDeep(CATS, DENSE, embedding_dim=8, hidden_units=[64, 32])
+        model.compile(tn.optimizer.Adagrad(0.05),
+                      metrics=[tf_keras.metrics.AUC(name="auc")])
+    ckpt = tn.callbacks.Checkpoint(args.dir, every_n_epochs=1, keep=3,
+                                   verbose=0)
+    RUN.update(model=model, checkpoint=ckpt)
+    feats, labels = make_data(args.rows)
+    with strategy.scope():
+        model({k: v[:8] for k, v in feats.items()}, training=False)
+        model.optimizer.build(model.trainable_variables)
+    steps = args.rows // args.batch
+    attempt = os.environ.get("TNET_LAUNCH_ATTEMPT", "0")
+    print(f"HOSTS_START steps_per_epoch={steps} attempt={attempt}", flush=True)
+    stop = threading.Event()
+    if args.every > 0:
+        threading.Thread(target=monitor, args=(model, args.every, stop),
+                         daemon=True).start()
+
+    def dataset_fn(ctx):
+        ds = tf.data.Dataset.from_tensor_slices((feats, labels))
+        return ds.repeat().batch(args.batch)
+
+    data = tf_keras.utils.experimental.DatasetCreator(dataset_fn)
+    model.fit(data, epochs=args.epochs, steps_per_epoch=steps,
+              callbacks=[ckpt, Report(ckpt)], verbose=0)
+    stop.set()
+    print(f"HOSTS_DONE iterations={int(model.optimizer.iterations.numpy())} "
+          f"planned={args.epochs * steps}", flush=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--dir", required=True)
+    p.add_argument("--rows", type=int, default=25600)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--every", type=float, default=0.5)
+    args = p.parse_args()
+    try:
+        train(args)
+    except Exception as e:  # noqa: BLE001
+        lost = tn.distribute.explain_failure(e)
+        if lost is None:
+            raise
+        note = tn.distribute.steps_lost_note(RUN.get("model"),
+                                             RUN.get("checkpoint"))
+        print(f"HOSTS_LOST {lost} ({note})", file=sys.stderr, flush=True)
+        tn.distribute.exit_now(3)
+    return 0
+
+
+if __name__ == "__main__":
+    from tnet import bind  # noqa: E402
+    bind.ensure()  # a chief's port too stays on its TF_CONFIG address
+    tn.distribute.exit_now(main())  # no teardown (README "Failures across hosts")

@@ -1,0 +1,124 @@
+"""A resumed run is the same model: train k steps, save, SIGKILL, restore
+in a fresh process, train m more; every key, row, slot, meta, pending
+admission entry, lifecycle counter, the optimizer step and the predictions
+equal an uninterrupted run of k + m steps. For each table lifecycle option
+(admission min_count, row cap max_rows, eviction with decay and TTL) and
+each sparse rule."""
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tnet as tn  # noqa: F401
+import tensorflow as tf
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PROGRAM = ROOT / "tests" / "programs" / "resume_lifecycle.py"
+
+# Every rule meets every lifecycle option once over the rows; the pairs
+# are spread so the whole matrix costs 5 resumed runs, not 15.
+CASES = [("adagrad", "min_count"), ("ftrl", "min_count"),
+         ("adam", "max_rows"), ("sgd", "evict"),
+         ("rowwise_adagrad", "evict")]
+
+
+def _run(tmp, *args, expect_kill=False):
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}"
+               f"{os.environ.get('PYTHONPATH', '')}", TF_CPP_MIN_LOG_LEVEL="2",
+               CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, str(PROGRAM), *args], cwd=tmp,
+                         env=env, capture_output=True, text=True, timeout=300)
+    if expect_kill:
+        assert out.returncode == -signal.SIGKILL, out.stderr[-3000:]
+        assert "SAVED" in out.stdout
+    else:
+        assert out.returncode == 0, out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("rule,lifecycle", CASES)
+def test_killed_and_resumed_run_equals_the_uninterrupted_one(
+        tmp_path, rule, lifecycle):
+    common = ["--rule", rule, "--lifecycle", lifecycle]
+    whole, resumed = tmp_path / "whole.npz", tmp_path / "resumed.npz"
+    ckpt = str(tmp_path / "ckpt")
+    _run(tmp_path, "--mode", "whole", "--out", str(whole), *common)
+    _run(tmp_path, "--mode", "first", "--ckpt", ckpt, *common,
+         expect_kill=True)
+    _run(tmp_path, "--mode", "second", "--ckpt", ckpt, "--out", str(resumed),
+         *common)
+    a, b = np.load(whole), np.load(resumed)
+    assert sorted(a.files) == sorted(b.files)
+    differ = [k for k in a.files if not np.array_equal(a[k], b[k])]
+    assert not differ, f"differs after the resume: {differ}"
+    # The option did something the resume had to carry over.
+    if lifecycle == "min_count":
+        assert len(a["t/pending_keys"]) > 0
+        assert a["t/counters"][1] > 0  # rejected pushes
+    elif lifecycle == "max_rows":
+        assert a["t/counters"][4] > 0  # rows freed by the cap
+    else:
+        assert a["t/counters"][2] > 0  # evicted
+
+
+def test_pending_state_moves_to_another_shard_count_and_back():
+    """export_pending / import_pending: a table restored with another
+    number of shards holds the same pending keys and counts (ages are
+    per stripe, so only their order within a stripe is kept there), and
+    keys that have a row are not pending."""
+    a = tn.SparseTable("pend_a", 4, num_shards=2, min_count=4,
+                       optimizer=tn.optimizer.Adagrad(0.1))
+    rng = np.random.default_rng(0)
+    for step in range(1, 6):
+        keys = np.unique(rng.zipf(1.4, 400) % 3000).astype(np.int64)
+        a.push(keys, np.zeros((len(keys), 4), np.float32), step=step,
+               unique_keys=True)
+    state = a.export_pending()
+    assert len(state["keys"]) > 0 and state["counts"].max() < 4
+    b = tn.SparseTable("pend_b", 4, num_shards=3, min_count=4,
+                       optimizer=tn.optimizer.Adagrad(0.1))
+    b.import_pending(state["keys"], state["counts"], state["ages"],
+                     state["counters"])
+    got = b.export_pending()
+    order_a, order_b = np.argsort(state["keys"]), np.argsort(got["keys"])
+    np.testing.assert_array_equal(state["keys"][order_a], got["keys"][order_b])
+    np.testing.assert_array_equal(state["counts"][order_a],
+                                  got["counts"][order_b])
+    assert b.stats()["rejected"] == a.stats()["rejected"]
+    assert b.stats()["pending"] == a.stats()["pending"]
+    # The next pushes admit the same keys in both tables.
+    keys = state["keys"][:50]
+    before = {t.table_name: int(t.size()) for t in (a, b)}
+    for t in (a, b):
+        t.push(keys, np.zeros((50, 4), np.float32), step=9,
+               shows=np.full(50, 2.0, np.float32), unique_keys=True)
+    admitted = [int(t.size()) - before[t.table_name] for t in (a, b)]
+    assert admitted[0] == admitted[1] > 0
+    # A key with a row is never pending after an import.
+    rows = a.export()[0].numpy()
+    b.import_pending(rows[:5], np.ones(5, np.float32), np.zeros(5, np.int64))
+    c = b.export_pending()
+    assert not np.isin(rows[:5], c["keys"]).any() or int(b.size()) == 0
+
+
+def test_import_pending_rejects_bad_input():
+    t = tn.SparseTable("pend_bad", 4, min_count=3)
+    with pytest.raises(ValueError, match="one length"):
+        t.import_pending(np.arange(3), np.ones(2, np.float32),
+                         np.zeros(3, np.int64))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="finite count"):
+        t.import_pending(np.arange(2), np.array([1, np.nan], np.float32),
+                         np.zeros(2, np.int64))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="2\\^32"):
+        t.import_pending(np.arange(2), np.ones(2, np.float32),
+                         np.array([0, -1], np.int64))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one length"):
+        from tnet import _ops
+        _ops.sparse_table_import_pending(
+            t.shards[0].resource_handle, [1, 2], [1.0], [0, 0],
+            tf.zeros([0], tf.int64))

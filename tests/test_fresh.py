@@ -1,0 +1,404 @@
+"""Fresh models in serving: an updatable export, published deltas, a follower.
+
+A README-style `tn.Model` subclass (int user ids, string city ids) trains a
+few steps at a time; after each `publish_delta` and follower step, the
+served model (a SavedModel loaded with tf.saved_model.load, and in the gRPC
+test one served by a process that never imports tnet) must predict what
+the training model predicts on a fixed probe set. Evicted keys read zero,
+and a delta applied twice, out of order, with a gap, or corrupted is
+refused without changing what is served.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_recommenders as tfrs
+
+import tnet as tn
+from tnet import feature_column as fc
+from tnet.saving import fresh, op_check
+from tnet.serving import follow
+
+TOL = 1e-5
+
+
+def _columns():
+    user = fc.category_column("user_id")
+    city = fc.category_column("city", dtype=tf.string)
+    return [fc.embedding_column(user, 8),
+            fc.embedding_column(city, 8, table="shared")]
+
+
+class Ranker(tn.Model):
+    def __init__(self):
+        super().__init__()
+        self.embed = tn.layers.EmbeddingFeatures(_columns())
+        self.mlp = tf.keras.Sequential([tf.keras.layers.Dense(16, "relu"),
+                                        tf.keras.layers.Dense(1)])
+        self.task = tfrs.tasks.Ranking(
+            loss=tf.keras.losses.BinaryCrossentropy(from_logits=True))
+
+    def call(self, features, training=False):
+        return self.mlp(self.embed(features, training=training))
+
+    def compute_loss(self, inputs, training=False):
+        features, labels = inputs
+        return self.task(labels=labels, predictions=self(features, training))
+
+
+def _batch(rng, n, lo=0, hi=200):
+    users = rng.integers(lo, hi, n).astype(np.int64)
+    cities = np.array([f"c{v}".encode() for v in rng.integers(0, 30, n)],
+                      dtype=object)
+    labels = (rng.random(n) < 0.3).astype(np.float32)
+    return {"user_id": users, "city": cities}, labels
+
+
+def _fit(model, rng, steps, lo=0, hi=200):
+    feats, labels = _batch(rng, 32 * steps, lo, hi)
+    model.fit(tf.data.Dataset.from_tensor_slices((feats, labels)).batch(32),
+              epochs=1, verbose=0)
+
+
+def _probe():
+    users = np.concatenate([np.arange(0, 400, 7), [10 ** 9]]).astype(
+        np.int64)
+    cities = np.array([f"c{i % 35}".encode() for i in range(len(users))],
+                      dtype=object)
+    return {"user_id": users, "city": cities}
+
+
+def _served(loaded, probe):
+    out = loaded.signatures["serving_default"](
+        **{k: tf.constant(v) for k, v in probe.items()})
+    return out["prediction"].numpy().reshape(-1)
+
+
+def _trained(model, probe):
+    return model({k: tf.constant(v) for k, v in probe.items()},
+                 training=False).numpy().reshape(-1)
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    tf.keras.utils.set_random_seed(7)
+    rng = np.random.default_rng(7)
+    model = Ranker()
+    model.compile(tn.optimizer.Adagrad(0.1))
+    _fit(model, rng, 3)
+    export = str(tmp_path / "ranker" / "1")
+    tn.saving.export_for_serving(model, export, updatable=True)
+    return model, rng, export
+
+
+def test_publish_apply_matches_training_and_refuses_bad_deltas(setup):
+    model, rng, export = setup
+    assert not op_check.tnet_ops_in(export)
+    info = json.load(open(os.path.join(export, "export_info.json")))
+    assert set(info["updatable"]["signatures"]) == {
+        "apply_delta", "apply_rows", "serving_version"}
+    loaded = tf.saved_model.load(export)
+    target = follow.InProcessTarget(loaded)
+    follower = follow.Follower(export, [target], say=lambda m: None)
+    probe = _probe()
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(model, probe), atol=TOL)
+    for k in range(3):
+        # New users each round: rows the base never had.
+        _fit(model, rng, 2, lo=0, hi=200 + 60 * (k + 1))
+        before = _served(loaded, probe)
+        tn.saving.publish_delta(model, export, compact_at=None)
+        assert follower.step() == {target.name: k + 1}
+        got, want = _served(loaded, probe), _trained(model, probe)
+        np.testing.assert_allclose(got, want, atol=TOL)
+        assert np.max(np.abs(got - before)) > 1e-4  # the update changed it
+    assert follow.serving_version(target)[0] == 3
+
+    # Eviction: every user row not touched in the newest 2 steps goes.
+    table = model.tables()["user_id"]
+    step = int(model.optimizer.iterations.numpy())
+    evicted = int(table.evict(ttl_steps=1, current_step=step))
+    assert evicted > 0
+    path = tn.saving.publish_delta(model, export, compact_at=None)
+    manifest = json.load(open(os.path.join(path, fresh.MANIFEST)))
+    assert manifest["tables"]["user_id"]["deleted"] == evicted
+    follower.step()
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(model, probe), atol=TOL)
+    gone = np.load(os.path.join(path, fresh.PAYLOAD))[
+        f"{info['updatable']['tables']['user_id']['prefix']}_deleted"]
+    assert len(gone) == evicted
+    handle = loaded.tables["user_id"].overlay.resource_handle
+    found = tf.raw_ops.LookupTableFindV2(
+        table_handle=handle, keys=tf.constant(gone),
+        default_value=tf.fill([9], -1.0))
+    assert np.all(found.numpy()[:, 0] == 2)   # state: freed
+    assert np.all(found.numpy()[:, 1:] == 0)  # reads the zero row
+
+    # Applied twice: the model itself refuses; nothing changes.
+    state = _served(loaded, probe)
+    payload = fresh.load_delta(export, 4)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="serving_version"):
+        follower.apply(target, 4, payload)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        follower.apply(target, 7, payload)  # out of order
+    np.testing.assert_array_equal(_served(loaded, probe), state)
+
+    # Corrupted / truncated / gap: the follower refuses with one line.
+    _fit(model, rng, 2)
+    path = tn.saving.publish_delta(model, export, compact_at=None)
+    payload_file = os.path.join(path, fresh.PAYLOAD)
+    good = open(payload_file, "rb").read()
+    bad = bytearray(good)
+    bad[len(bad) // 2] ^= 0xFF
+    open(payload_file, "wb").write(bytes(bad))
+    with pytest.raises(fresh.DeltaError, match="checksum mismatch"):
+        follower.step()
+    open(payload_file, "wb").write(good[:-10])
+    with pytest.raises(fresh.DeltaError, match="checksum mismatch"):
+        follower.step()
+    np.testing.assert_array_equal(_served(loaded, probe), state)
+    assert follow.serving_version(target)[0] == 4
+    open(payload_file, "wb").write(good)
+    gap = os.path.join(fresh.deltas_dir(export), fresh.delta_name(7))
+    shutil.copytree(path, gap)
+    with pytest.raises(fresh.DeltaError, match="gap"):
+        follower.step()
+    assert follow.serving_version(target)[0] == 5  # 5 applied, 7 refused
+    shutil.rmtree(gap)
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(model, probe), atol=TOL)
+
+    # A replica that restarts (back at the base) is replayed to the end.
+    fresh_replica = follow.InProcessTarget(tf.saved_model.load(export))
+    follow.Follower(export, [fresh_replica], say=lambda m: None).step()
+    np.testing.assert_allclose(_served(fresh_replica.loaded, probe),
+                               _trained(model, probe), atol=TOL)
+
+
+SERVER = os.path.join(os.path.dirname(__file__), "programs",
+                      "predict_server.py")
+
+
+def _start_server(export, tmp_path, name="ranker"):
+    port_file = str(tmp_path / f"port-{time.monotonic_ns()}")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    proc = subprocess.Popen([sys.executable, SERVER, export, name, port_file],
+                            env=env, cwd=str(tmp_path))
+    deadline = time.monotonic() + 120
+    while not os.path.exists(port_file):
+        assert proc.poll() is None, "predict server died"
+        assert time.monotonic() < deadline, "predict server did not start"
+        time.sleep(0.2)
+    return proc, f"127.0.0.1:{open(port_file).read()}"
+
+
+def _grpc_predict(address, probe):
+    return follow.GrpcTarget(address, "ranker").call(
+        "serving_default", probe)["prediction"].reshape(-1)
+
+
+def _follow_cli(export, address):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))) + os.pathsep + env.get("PYTHONPATH", "")
+    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    return subprocess.run(
+        [sys.executable, "-m", "tnet.serving.follow", "--export_dir", export,
+         "--target", f"grpc://{address}/ranker", "--once"],
+        capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_follow_cli_grpc_target_without_tnet(setup, tmp_path):
+    model, rng, export = setup
+    probe = _probe()
+    proc, address = _start_server(export, tmp_path)
+    try:
+        for _ in range(2):
+            _fit(model, rng, 2, hi=300)
+            tn.saving.publish_delta(model, export, compact_at=None)
+            done = _follow_cli(export, address)
+            assert done.returncode == 0, done.stderr
+            np.testing.assert_allclose(_grpc_predict(address, probe),
+                                       _trained(model, probe), atol=TOL)
+        record = json.load(open(os.path.join(
+            fresh.deltas_dir(export), "followers",
+            f"grpc___{address.replace(':', '_')}_ranker.json")))
+        assert record["version"] == 2
+        # Nothing new: a second run applies nothing and changes nothing.
+        state = _grpc_predict(address, probe)
+        assert _follow_cli(export, address).returncode == 0
+        np.testing.assert_array_equal(_grpc_predict(address, probe), state)
+    finally:
+        proc.kill()
+        proc.wait()
+    # The replica restarts from the base: the follower replays 1 and 2.
+    proc, address = _start_server(export, tmp_path)
+    try:
+        done = _follow_cli(export, address)
+        assert done.returncode == 0, done.stderr
+        np.testing.assert_allclose(_grpc_predict(address, probe),
+                                   _trained(model, probe), atol=TOL)
+        # A corrupted delta: one line on stderr, exit 1, nothing changed.
+        _fit(model, rng, 1)
+        path = tn.saving.publish_delta(model, export, compact_at=None)
+        with open(os.path.join(path, fresh.PAYLOAD), "r+b") as f:
+            f.truncate(100)
+        state = _grpc_predict(address, probe)
+        done = _follow_cli(export, address)
+        assert done.returncode == 1
+        assert "checksum mismatch" in done.stderr
+        ours = [line for line in done.stderr.splitlines()
+                if line.startswith("tnet.serving.follow:")]
+        assert len(ours) == 1, done.stderr
+        np.testing.assert_array_equal(_grpc_predict(address, probe), state)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_trainer_restart_from_older_checkpoint(setup, tmp_path):
+    """The trainer publishes past its newest checkpoint, dies, restores it
+    and trains other rows: the first delta after the restore makes the
+    served model equal the restored trainer again (rows the lost steps
+    created read zero)."""
+    model, rng, export = setup
+    ckpts = str(tmp_path / "ckpt")
+    loaded = tf.saved_model.load(export)
+    follower = follow.Follower(export, [follow.InProcessTarget(loaded)],
+                               say=lambda m: None)
+    _fit(model, rng, 2)
+    tn.saving.publish_delta(model, export, compact_at=None)
+    tn.saving.save(model, ckpts, incremental=True)
+    _fit(model, rng, 2, lo=1000, hi=1100)  # lost with the trainer
+    tn.saving.publish_delta(model, export, compact_at=None)
+    follower.step()
+    probe = _probe()
+    probe["user_id"][:20] = np.arange(1000, 1100, 5)
+
+    restarted = Ranker()
+    restarted.compile(tn.optimizer.Adagrad(0.1))
+    tn.saving.restore(restarted, ckpts, track_changes=True)
+    before = _trained(restarted, probe)
+    assert np.max(np.abs(_served(loaded, probe) - before)) > 1e-4
+    fresh.publisher(restarted, export)  # before training resumes
+    _fit(restarted, rng, 2, lo=0, hi=100)
+    tn.saving.publish_delta(restarted, export, compact_at=None)
+    follower.step()
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(restarted, probe), atol=TOL)
+    # Checkpoints' own marks still hold: an incremental save is a delta.
+    path = tn.saving.save(restarted, ckpts, incremental=True)
+    assert tn.saving.read_manifest(path)["kind"] == "delta"
+
+
+@pytest.mark.long
+def test_publish_under_parameter_server_strategy(tmp_path):
+    from tests.support.cluster import assert_all_stopped, cluster
+    program = os.path.join(os.path.dirname(__file__), "programs",
+                           "fresh_pss.py")
+    c = cluster(2, 1, [sys.executable, program, str(tmp_path / "m" / "1")])
+    code = c.wait(900)
+    assert_all_stopped(c)
+    assert code == 0, c.output[-3000:]
+    lines = [line for line in c.lines if "FRESH_PSS epoch=" in line]
+    assert len(lines) == 3, c.output[-3000:]
+    for i, line in enumerate(lines):
+        assert f"version={i + 1}" in line, line
+        assert float(line.rsplit("diff=", 1)[1]) <= TOL, line
+    assert any("FRESH_PSS_DONE" in line for line in c.lines)
+
+
+class _Dies:
+    """A target whose follower dies after `calls` requests."""
+
+    def __init__(self, inner, calls):
+        self.inner, self.calls, self.name = inner, calls, inner.name
+
+    def call(self, signature, inputs):
+        if signature != fresh.SERVING_VERSION:
+            if self.calls == 0:
+                raise KeyboardInterrupt("follower killed")
+            self.calls -= 1
+        return self.inner.call(signature, inputs)
+
+
+def test_follower_killed_mid_apply_converges(setup):
+    """A delta sent in several apply_rows chunks; the follower dies after
+    the first chunk. The version has not moved, so the restarted follower
+    sends the whole delta again and ends where an uninterrupted one does."""
+    model, rng, export = setup
+    _fit(model, rng, 3, hi=400)
+    tn.saving.publish_delta(model, export, compact_at=None)
+    loaded = tf.saved_model.load(export)
+    target = follow.InProcessTarget(loaded)
+    probe = _probe()
+    with pytest.raises(KeyboardInterrupt):
+        follow.Follower(export, [_Dies(target, 1)], chunk_bytes=1024,
+                        say=lambda m: None).step()
+    assert follow.serving_version(target)[0] == 0  # half applied
+    follow.Follower(export, [target], chunk_bytes=1024,
+                    say=lambda m: None).step()
+    assert follow.serving_version(target)[0] == 1
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(model, probe), atol=TOL)
+
+
+def test_compaction_writes_a_new_base_version(setup):
+    """Once the published rows reach compact_at of the base's, the next
+    publish writes the next version directory (a new updatable base);
+    publishing continues there and the follower serves each replica the
+    deltas of the base it loaded."""
+    model, rng, export = setup
+    old = follow.InProcessTarget(tf.saved_model.load(export), name="old")
+    follower = follow.Follower(export, [old], say=lambda m: None)
+    _fit(model, rng, 2, hi=300)
+    first = tn.saving.publish_delta(model, export, compact_at=0.05)
+    assert first.endswith(os.path.join("deltas", "delta-000001"))
+    follower.step()
+    _fit(model, rng, 2, hi=300)
+    second = tn.saving.publish_delta(model, export, compact_at=0.05)
+    base = os.path.dirname(export)
+    assert second == os.path.join(base, "2")
+    assert fresh.newest_export(export) == second
+    probe = _probe()
+    new = follow.InProcessTarget(tf.saved_model.load(second), name="new")
+    np.testing.assert_allclose(_served(new.loaded, probe),
+                               _trained(model, probe), atol=TOL)
+    _fit(model, rng, 2, hi=300)
+    third = tn.saving.publish_delta(model, export, compact_at=None)
+    assert third.startswith(second + os.sep)
+    follower.targets.append(new)
+    assert follower.step() == {"old": 1, "new": 1}
+    np.testing.assert_allclose(_served(new.loaded, probe),
+                               _trained(model, probe), atol=TOL)
+
+
+def test_publish_deltas_callback_in_fit(setup, tmp_path):
+    model, rng, export = setup
+    cb = tn.callbacks.PublishDeltas(export, every_n_steps=2, compact_at=None)
+    feats, labels = _batch(rng, 32 * 5, 0, 300)
+    model.fit(tf.data.Dataset.from_tensor_slices((feats, labels)).batch(32),
+              epochs=1, verbose=0, callbacks=[
+                  tn.callbacks.Checkpoint(str(tmp_path / "ckpt"),
+                                          every_n_steps=2, incremental=True),
+                  cb])
+    # Steps 3..8: publishes at 4, 6, 8 (crossings of 2) and none at the end.
+    assert [os.path.basename(p) for p in cb.published] == [
+        "delta-000001", "delta-000002", "delta-000003"]
+    loaded = tf.saved_model.load(export)
+    follow.Follower(export, [follow.InProcessTarget(loaded)],
+                    say=lambda m: None).step()
+    probe = _probe()
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(model, probe), atol=TOL)

@@ -1,0 +1,1 @@
+"""Serving-side tools (`python -m tnet.serving.follow`)."""

@@ -1,0 +1,264 @@
+"""Applies the deltas of an updatable export to serving replicas.
+
+    python -m tnet.serving.follow --export_dir /models/ranker/1 \\
+        --target grpc://localhost:8500/ranker --target ... [--once]
+
+Each target is a TF Serving gRPC address (`grpc://HOST:PORT/MODEL_NAME`,
+PredictionService.Predict on the export's `apply_delta`, `apply_rows` and
+`serving_version` signatures) or, from Python, an in-process SavedModel
+(`InProcessTarget`). Per poll and per target the follower asks the target
+its `serving_version`, then applies every newer delta in order
+(`tnet.saving.fresh.load_delta` checks each one's checksum and base first),
+so a replica that restarted (back at version 0) or joined late is replayed
+from the base. A gap or a checksum mismatch stops that target with one
+line naming the delta; the target keeps serving what it had. A delta is
+never applied twice: the target itself refuses any version but its
+serving_version + 1. What each target applied is recorded in
+`<export_dir>/deltas/followers/<target>.json` (version, base, time).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from tnet.saving import fresh
+from tnet.saving.fresh import DeltaError
+
+CHUNK_BYTES = 32 << 20  # rows per apply_rows request (gRPC message size)
+
+
+class InProcessTarget:
+    """A SavedModel loaded in this process (`tf.saved_model.load`)."""
+
+    def __init__(self, loaded, name: str = "in-process"):
+        self.loaded = loaded
+        self.name = name
+
+    def call(self, signature: str, inputs: Dict[str, np.ndarray]):
+        import tensorflow as tf  # noqa: PLC0415
+        fn = self.loaded.signatures[signature]
+        out = fn(**{k: tf.constant(v) for k, v in inputs.items()})
+        return {k: v.numpy() for k, v in out.items()}
+
+
+class GrpcTarget:
+    """A TF Serving PredictionService at `host:port`, model `model`."""
+
+    def __init__(self, address: str, model: str, timeout: float = 60.0):
+        import grpc  # noqa: PLC0415
+        from tensorflow_serving.apis import (  # noqa: PLC0415
+            prediction_service_pb2_grpc)
+        self.name = f"grpc://{address}/{model}"
+        self.model, self.timeout = model, timeout
+        opts = [("grpc.max_send_message_length", 1 << 30),
+                ("grpc.max_receive_message_length", 1 << 30)]
+        self.channel = grpc.insecure_channel(address, options=opts)
+        self.stub = prediction_service_pb2_grpc.PredictionServiceStub(
+            self.channel)
+
+    def call(self, signature: str, inputs: Dict[str, np.ndarray]):
+        import tensorflow as tf  # noqa: PLC0415
+        from tensorflow_serving.apis import predict_pb2  # noqa: PLC0415
+        req = predict_pb2.PredictRequest()
+        req.model_spec.name = self.model
+        req.model_spec.signature_name = signature
+        for k, v in inputs.items():
+            req.inputs[k].CopyFrom(tf.make_tensor_proto(v))
+        resp = self.stub.Predict(req, timeout=self.timeout)
+        return {k: tf.make_ndarray(v) for k, v in resp.outputs.items()}
+
+
+def parse_target(spec: str):
+    if spec.startswith("grpc://"):
+        rest = spec[len("grpc://"):]
+        if "/" not in rest:
+            raise ValueError(f"--target {spec!r}: expected "
+                             "grpc://HOST:PORT/MODEL_NAME")
+        address, model = rest.split("/", 1)
+        return GrpcTarget(address, model)
+    raise ValueError(f"--target {spec!r}: expected grpc://HOST:PORT/MODEL")
+
+
+def serving_version(target) -> (int, str):
+    out = target.call(fresh.SERVING_VERSION, {})
+    base = np.asarray(out["base_id"]).reshape(-1)[0]
+    base = base.decode() if isinstance(base, bytes) else str(base)
+    return int(np.asarray(out["version"]).reshape(-1)[0]), base
+
+
+class Follower:
+    """Applies the deltas of `export_dir` to `targets` (see module doc)."""
+
+    def __init__(self, export_dir: str, targets: List,
+                 chunk_bytes: int = CHUNK_BYTES, say=None):
+        self.export_dir = fresh.newest_export(export_dir)
+        self.info = fresh.read_info(self.export_dir)
+        self.targets = targets
+        self.chunk_bytes = chunk_bytes
+        self.say = say or (lambda m: print(f"[tnet.follow] {m}", flush=True))
+        self.state_dir = os.path.join(fresh.deltas_dir(self.export_dir),
+                                      "followers")
+
+    def _record(self, target, version: int) -> None:
+        self.state_dir = os.path.join(fresh.deltas_dir(self.export_dir),
+                                      "followers")
+        os.makedirs(self.state_dir, exist_ok=True)
+        safe = "".join(c if c.isalnum() or c in "-_." else "_"
+                       for c in target.name)
+        path = os.path.join(self.state_dir, f"{safe}.json")
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"target": target.name, "version": version,
+                       "base_id": self.info["base_id"],
+                       "time": time.time()}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def recorded(self, target) -> Optional[int]:
+        self.state_dir = os.path.join(fresh.deltas_dir(self.export_dir),
+                                      "followers")
+        safe = "".join(c if c.isalnum() or c in "-_." else "_"
+                       for c in target.name)
+        try:
+            with open(os.path.join(self.state_dir, f"{safe}.json")) as f:
+                return int(json.load(f)["version"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def step(self) -> Dict[str, int]:
+        """One poll: brings every target to the newest delta. Returns
+        {target: version}; raises DeltaError (first bad target) after
+        trying all."""
+        out, errors = {}, []
+        for target in self.targets:
+            try:
+                out[target.name] = self._follow(target)
+            except DeltaError as e:
+                errors.append(f"{target.name}: {e}")
+        if errors:
+            raise DeltaError("; ".join(errors))
+        return out
+
+    def _export_of(self, base_id: str):
+        """(export dir, info) of the version whose base a target serves:
+        after a compaction, a replica serves the old base until TF Serving
+        has loaded the new version directory."""
+        if base_id == self.info["base_id"]:
+            return self.export_dir, self.info
+        parent = os.path.dirname(self.export_dir)
+        for v in reversed(fresh.versions_of(parent)):
+            path = os.path.join(parent, str(v))
+            info = fresh.read_info(path, full=True).get("updatable")
+            if info and info["base_id"] == base_id:
+                return path, info
+        raise DeltaError(f"serves base {base_id}, which no export in "
+                         f"{parent} has")
+
+    def _follow(self, target) -> int:
+        # The newest base beside ours (a compaction may have written one).
+        newest = fresh.newest_export(self.export_dir)
+        if newest != self.export_dir:
+            self.export_dir, self.info = newest, fresh.read_info(newest)
+        current, base = serving_version(target)
+        export_dir, info = self._export_of(base)
+        return self._follow_export(target, current, export_dir, info)
+
+    def _follow_export(self, target, current, export_dir, info) -> int:
+        saved = self.export_dir, self.info
+        self.export_dir, self.info = export_dir, info
+        try:
+            return self._apply_newer(target, current)
+        finally:
+            self.export_dir, self.info = saved
+
+    def _apply_newer(self, target, current) -> int:
+        recorded = self.recorded(target)
+        if recorded is not None and current < recorded:
+            self.say(f"{target.name} is at version {current} (recorded "
+                     f"{recorded}): it restarted; replaying from "
+                     f"{current + 1}")
+        versions = fresh.list_deltas(self.export_dir)
+        newer = [v for v in versions if v > current]
+        for expected, v in enumerate(newer, start=current + 1):
+            if v != expected:
+                raise DeltaError(
+                    f"{fresh.delta_name(expected)} is missing in "
+                    f"{fresh.deltas_dir(self.export_dir)} (gap before "
+                    f"{fresh.delta_name(v)}); staying at version "
+                    f"{expected - 1}")
+            payload = fresh.load_delta(self.export_dir, v,
+                                       self.info["base_id"])
+            self.apply(target, v, payload)
+            self._record(target, v)
+            current = v
+        if recorded != current:
+            self._record(target, current)
+        return current
+
+    def apply(self, target, version: int, payload) -> None:
+        tables = self.info["tables"]
+        version_arr = np.array(version, np.int64)
+        total = sum(payload[f"{e['prefix']}_rows"].nbytes
+                    for e in tables.values())
+        pieces = max(1, -(-total // self.chunk_bytes))
+        for i in range(pieces):
+            inputs = {"version": version_arr}
+            for e in tables.values():
+                p = e["prefix"]
+                for part in ("keys", "rows", "deleted"):
+                    arr = payload[f"{p}_{part}"]
+                    inputs[f"{p}_{part}"] = np.array_split(arr, pieces)[i]
+            if i + 1 < pieces:
+                target.call(fresh.APPLY_ROWS, inputs)
+            else:
+                for j in range(len(self.info["dense"])):
+                    inputs[f"dense_{j}"] = payload[f"dense_{j}"]
+                target.call(fresh.APPLY_DELTA, inputs)
+        self.say(f"{target.name}: applied {fresh.delta_name(version)}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tnet.serving.follow",
+        description="Apply an updatable export's deltas to serving replicas")
+    parser.add_argument("--export_dir", required=True)
+    parser.add_argument("--target", action="append", required=True,
+                        help="grpc://HOST:PORT/MODEL_NAME (repeatable)")
+    parser.add_argument("--interval", type=float, default=10.0,
+                        help="seconds between polls")
+    parser.add_argument("--once", action="store_true",
+                        help="apply what is there and exit")
+    args = parser.parse_args(argv)
+    try:
+        follower = Follower(args.export_dir,
+                            [parse_target(t) for t in args.target])
+    except (DeltaError, ValueError, OSError) as e:
+        print(f"tnet.serving.follow: {e}", file=sys.stderr)
+        return 2
+    while True:
+        try:
+            follower.step()
+        except DeltaError as e:
+            print(f"tnet.serving.follow: {e}", file=sys.stderr)
+            if args.once:
+                return 1
+        except Exception as e:  # noqa: BLE001  (a replica down: retry)
+            line = (str(e).strip().splitlines() or [repr(e)])[0][:300]
+            print(f"tnet.serving.follow: {type(e).__name__}: {line}",
+                  file=sys.stderr)
+            if args.once:
+                return 1
+        if args.once:
+            return 0
+        time.sleep(args.interval)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
