@@ -220,3 +220,59 @@ def test_unknown_rule_is_rejected_by_the_kernel_with_the_list():
         _ops.tnet_sparse_rule_slots(optimizer="momentum", dim=4)
     with pytest.raises(ValueError, match="no tnet optimizer for rule"):
         tn.optimizer.by_name("momentum")
+
+
+def _first_accumulators(optimizer):
+    """The Adagrad accumulator of a new row after one push of gradient 1."""
+    table = tn.SparseTable("acc_start", 2, optimizer, num_shards=1)
+    key = tf.constant([11], tf.int64)
+    table.pull(key, training=True)
+    table.push(key, np.ones((1, 2), np.float32))
+    return np.asarray(table.export()[2])[0]
+
+
+def test_adagrad_rows_start_near_zero_dense_keeps_keras_start():
+    """Default: dense accumulators start at Keras' 0.1 (the Keras optimizer
+    itself), table rows at 0.01; initial_accumulator_value given sets both
+    (as in Keras), row_initial_accumulator_value the rows alone; the
+    setting survives get_config/from_config; a stock tf_keras Adagrad maps
+    to the row default unless its value is not Keras' own."""
+    import tf_keras
+    from tnet.optimizer import sparse
+
+    def starts(opt):
+        dense = opt.get_config()["initial_accumulator_value"]
+        return dense, opt.sparse_rule.initial_accumulator_value
+
+    assert sparse.ROW_INITIAL_ACCUMULATOR_VALUE == 0.01
+    assert starts(tn.optimizer.Adagrad(0.05)) == (0.1, 0.01)
+    assert starts(tn.optimizer.RowwiseAdagrad(0.05)) == (0.1, 0.01)
+    assert starts(tn.optimizer.Adagrad(
+        0.05, initial_accumulator_value=0.1)) == (0.1, 0.1)
+    assert starts(tn.optimizer.Adagrad(
+        0.05, initial_accumulator_value=0.3)) == (0.3, 0.3)
+    keras_rows = tn.optimizer.Adagrad(0.05, row_initial_accumulator_value=0.1)
+    assert starts(keras_rows) == (0.1, 0.1)
+    assert starts(tn.optimizer.Adagrad.from_config(
+        keras_rows.get_config())) == (0.1, 0.1)
+    assert starts(tn.optimizer.Adagrad.from_config(
+        tn.optimizer.Adagrad(0.05).get_config())) == (0.1, 0.01)
+    assert sparse.Adagrad().initial_accumulator_value == 0.01
+    assert tn.optimizer.sparse_rule_of(tf_keras.optimizers.Adagrad(
+        0.05)).initial_accumulator_value == 0.01
+    assert tn.optimizer.sparse_rule_of(tf_keras.optimizers.Adagrad(
+        0.05, initial_accumulator_value=0.3)).initial_accumulator_value == 0.3
+    # FTRL rows keep Keras' start (not changed: see BENCHMARKS.md).
+    assert tn.optimizer.Ftrl(0.1).sparse_rule.initial_accumulator_value == 0.1
+    # The rows really start there: 1.01 and 1.1 after one push of 1.
+    np.testing.assert_allclose(
+        _first_accumulators(tn.optimizer.Adagrad(0.05)), [1.01] * 2,
+        rtol=1e-6)
+    np.testing.assert_allclose(_first_accumulators(keras_rows), [1.1] * 2,
+                               rtol=1e-6)
+    # The dense half is Keras' Adagrad with its own start.
+    var = tf.Variable([1.0, 2.0])
+    opt = tn.optimizer.Adagrad(0.05)
+    opt.apply_gradients([(tf.constant([1.0, 1.0]), var)])
+    np.testing.assert_allclose(opt.variables()[-1].numpy(), [1.1, 1.1],
+                               rtol=1e-6)

@@ -85,7 +85,7 @@ def parse_args(argv=None):
     p.add_argument("--pss_epochs", type=int, default=2)
     p.add_argument("--pss_batches", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--tnet_accumulator", type=float, default=0.1)
+    p.add_argument("--tnet_accumulator", type=float, default=None)
     return p.parse_args(argv)
 
 
@@ -216,8 +216,9 @@ def build(args, tf, tf_keras, mod, devices=None):
     if args.impl == "tnet":
         model = mod.models.WideDeep(CAT, INT, embedding_dim=8,
                                     hidden_units=HIDDEN, train_metrics=False)
-        model.compile(mod.optimizer.Adagrad(
-            args.lr, initial_accumulator_value=args.tnet_accumulator))
+        kw = ({} if args.tnet_accumulator is None else
+              {"initial_accumulator_value": args.tnet_accumulator})
+        model.compile(mod.optimizer.Adagrad(args.lr, **kw))
         return model, lambda f: model.logits(f, training=False)
     opt_cls = (tf_keras.optimizers.legacy.Adagrad if args.optimizer == "legacy"
                else tf_keras.optimizers.Adagrad)

@@ -104,10 +104,11 @@ def parse_args(argv=None):
     p.add_argument("--holdout_examples", type=int, default=2**17)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--tnet_accumulator", type=float, default=0.1,
-                   help="initial_accumulator_value of tnet's Adagrad (Keras' "
-                        "default 0.1; TFRA's row slots start at 0 whatever "
-                        "it is set to, so 1e-6 compares like with like)")
+    p.add_argument("--tnet_accumulator", type=float, default=None,
+                   help="initial_accumulator_value of tnet's Adagrad, dense "
+                        "variables and rows (default: tnet's defaults, "
+                        "Keras' 0.1 dense and 1e-6 for rows; TFRA's row "
+                        "slots start at 0 whatever it is set to)")
     p.add_argument("--tfra_tables", choices=("shared", "per_column"),
                    default="shared")
     p.add_argument("--tfra_optimizer", choices=("keras", "legacy"),
@@ -331,7 +332,8 @@ def run_child(args, ctx, case: str, mode: str, tag: str) -> dict:
            str(args.warmup_steps), "--steps", str(args.steps),
            "--epochs", str(args.epochs), "--lr", str(args.lr),
            "--tables", args.tfra_tables, "--optimizer", args.tfra_optimizer,
-           "--tnet_accumulator", str(args.tnet_accumulator)]
+           *([] if args.tnet_accumulator is None else
+             ["--tnet_accumulator", str(args.tnet_accumulator)])]
     log_path = os.path.join(ctx["tmp"], f"{tag}.log")
     t0 = time.perf_counter()
     proc = _start(cmd, child_env(venv), log_path)
@@ -579,8 +581,10 @@ def build_report(args, info, venv, data_facts, runs, quality, pss):
            f"alternating, {args.repeats} repeat(s), {args.warmup_steps} "
            f"warm-up steps then {args.steps} timed steps of the Keras train "
            "function over in-memory batches, no metrics. "
-           f"Optimizers: tnet tn.optimizer.Adagrad({args.lr:g}, "
-           f"initial_accumulator_value={args.tnet_accumulator:g}) (dense and "
+           f"Optimizers: tnet tn.optimizer.Adagrad({args.lr:g}"
+           + ("" if args.tnet_accumulator is None else
+              f", initial_accumulator_value={args.tnet_accumulator:g}")
+           + ") (dense and "
            "deep rows; wide rows tnet's default in-table FTRL); TFRA "
            f"de.DynamicEmbeddingOptimizer(tf_keras Adagrad({args.lr:g})) for "
            "the dense layers and the rows; stock tf_keras "

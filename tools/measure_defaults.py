@@ -10,6 +10,23 @@ bench/results/defaults-<date>.{json,md}.
 
     python tools/measure_defaults.py                 # 3 seeds, adam + adagrad
     python tools/measure_defaults.py --seeds 1 --optimizers adam   # quick
+
+The row-accumulator study (issue 25) runs one model per invocation, so a
+long study can be split into short runs (each under the shared lock) and
+nothing is lost when one dies; every run appends a JSON line to --jsonl:
+
+    python tools/measure_defaults.py --one criteo,tnet,adagrad,1e-6,0 \
+        --jsonl bench/results/defaults-2026-11-24.jsonl
+    python tools/measure_defaults.py --summarize \
+        bench/results/defaults-2026-11-24.jsonl
+
+`--one case,side,optimizer,accumulator,seed[,initializer[,epochs[,batches
+[,wide_ftrl_accumulator]]]]`: case criteo|multi_valued|avazu (user
+models vs stock, tests/programs/user_models.py) or sparse_heavy (tnet's
+SPARSE-HEAVY Wide&Deep, `batches` of 4096, default 64);
+side tnet|stock; accumulator "-" for the side's default, else Adagrad's
+start (tnet: the rows' only, dense keeps Keras' 0.1; stock: every
+variable's); initializer "-" for the default or a CANDIDATES key.
 """
 from __future__ import annotations
 
@@ -36,8 +53,131 @@ CANDIDATES = {
 }
 
 
+SPARSE_HEAVY_BATCH = 4096
+
+
+def sparse_heavy_auc(seed: int, accumulator: float | None, init,
+                     epochs: int, batches: int, wide_ftrl_acc: float | None,
+                     holdout_batches: int = 16) -> float:
+    """tnet's SPARSE-HEAVY Wide&Deep (tools/_sparse_heavy.py: 26 + 4
+    multi-valued columns, dim 16, Adagrad 0.05, wide part in-table FTRL)
+    on `batches` batches of 4096 for `epochs` epochs; hold-out AUC.
+    `accumulator`: the Adagrad rows' start (None: tnet's default);
+    `init`: the embedding columns' initializer (None: default);
+    `wide_ftrl_acc`: the wide FTRL rows' start (None: its default)."""
+    import numpy as np
+    import tf_keras
+
+    import tnet as tn
+    from tnet import feature_column as fc
+    from tnet.data import SyntheticCriteo
+    from tnet.data.metrics import auc as auc_of
+    from tools import _sparse_heavy as sh
+    from tools.bench_train import sparse_heavy_dataset
+    cats, multi, ints = sh.columns()
+    gen = SyntheticCriteo(seed=0, scale=1, multi_valued=sh.MULTI_VALUED)
+    train_f, train_y, _ = gen.batch(batches * SPARSE_HEAVY_BATCH, "train")
+    hold_f, hold_y, _ = gen.batch(holdout_batches * SPARSE_HEAVY_BATCH,
+                                  "holdout")
+    train = sparse_heavy_dataset(train_f, train_y, SPARSE_HEAVY_BATCH, multi)
+    hold = sparse_heavy_dataset(hold_f, hold_y, SPARSE_HEAVY_BATCH, multi)
+    tf_keras.utils.set_random_seed(seed)
+    kw = {} if init is None else {"initializer": init}
+    cols = [fc.embedding_column(fc.category_column(n), sh.EMBEDDING_DIM,
+                                combiner="mean", table="embedding", **kw)
+            for n in cats + multi]
+    wide_opt = (None if wide_ftrl_acc is None else tn.optimizer.sparse.Ftrl(
+        0.2, initial_accumulator_value=wide_ftrl_acc))
+    model = tn.models.WideDeep(cols, ints, embedding_dim=sh.EMBEDDING_DIM,
+                               hidden_units=sh.HIDDEN, train_metrics=False,
+                               wide_optimizer=wide_opt)
+    okw = ({} if accumulator is None
+           else {"row_initial_accumulator_value": accumulator})
+    model.compile(tn.optimizer.Adagrad(0.05, **okw))
+    # Shuffle the batch order per seed (the examples are fixed).
+    model.fit(train.shuffle(batches, seed=seed), epochs=epochs, verbose=0)
+    labels, scores = [], []
+    for features, y in hold:
+        scores.append(np.asarray(model.logits(features, training=False))
+                      .reshape(-1))
+        labels.append(np.asarray(y).reshape(-1))
+    return float(auc_of(np.concatenate(labels), np.concatenate(scores)))
+
+
+def one(spec: str, jsonl: str, data_dir: str) -> None:
+    """Trains one model (see --one) and appends its result to `jsonl`."""
+    import math
+    import time
+    parts = spec.split(",")
+    case, side, kind, acc, seed = parts[:5]
+    init = parts[5] if len(parts) > 5 else "-"
+    epochs = int(parts[6]) if len(parts) > 6 else 2
+    batches = int(parts[7]) if len(parts) > 7 else 64
+    wide_ftrl = parts[8] if len(parts) > 8 else "-"
+    start = time.time()
+    if case == "sparse_heavy":
+        if side != "tnet" or kind != "adagrad":
+            raise SystemExit("sparse_heavy: tnet with Adagrad only")
+        auc = sparse_heavy_auc(int(seed), None if acc == "-" else float(acc),
+                               None if init == "-" else CANDIDATES[init],
+                               epochs, batches,
+                               None if wide_ftrl == "-" else float(wide_ftrl))
+    else:
+        auc = user_models.run(case, side, int(seed), kind,
+                              None if init == "-" else CANDIDATES[init],
+                              epochs, pathlib.Path(data_dir),
+                              accumulator=None if acc == "-" else float(acc))
+    row = {"case": case, "side": side, "optimizer": kind, "accumulator": acc,
+           "initializer": init, "epochs": epochs, "seed": int(seed),
+           **({"batches": batches, "wide_ftrl_accumulator": wide_ftrl}
+              if case == "sparse_heavy" else {}),
+           "auc": auc, "finite": math.isfinite(auc),
+           "seconds": round(time.time() - start, 1),
+           "commit": bc.run_info()["git_commit"],
+           "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with open(jsonl, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(json.dumps(row), flush=True)
+
+
+def summarize(jsonl: str) -> str:
+    """Markdown table of a --one study: mean, per-seed AUC, difference to
+    stock with Keras' defaults of the same case, optimizer and epochs."""
+    rows = [json.loads(line) for line in open(jsonl) if line.strip()]
+    groups: dict = {}
+    for r in rows:
+        key = (r["case"], r["optimizer"], r["epochs"], r["side"],
+               r["accumulator"], r["initializer"]
+               + ("" if r.get("wide_ftrl_accumulator", "-") == "-" else
+                  f", wide FTRL acc {r['wide_ftrl_accumulator']}"))
+        groups.setdefault(key, []).append(r)
+    lines = ["| case | optimizer | epochs | model | row accumulator | "
+             "initializer | seeds | mean AUC | - stock (Keras defaults) | "
+             "per seed |", "|---|---|---:|---|---|---|---:|---:|---:|---|"]
+    for key in sorted(groups):
+        case, kind, epochs, side, acc, init = key
+        runs = sorted(groups[key], key=lambda r: r["seed"])
+        mean = statistics.fmean(r["auc"] for r in runs)
+        base = groups.get((case, kind, epochs, "stock", "-", "-"))
+        diff = (f"{mean - statistics.fmean(r['auc'] for r in base):+.4f}"
+                if base else "")
+        label = {"-": "default"}.get(acc, acc)
+        per_seed = " ".join(f"{r['auc']:.4f}" for r in runs)
+        lines.append(
+            f"| {case} | {kind} | {epochs} | {side} | {label} | "
+            f"{'default' if init == '-' else init} | {len(runs)} | "
+            f"{mean:.4f} | {diff} | "
+            f"{per_seed} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--one", help="case,side,optimizer,accumulator,seed"
+                   "[,initializer[,epochs]]: one run appended to --jsonl")
+    p.add_argument("--jsonl", help="where --one appends its result")
+    p.add_argument("--summarize", metavar="JSONL",
+                   help="print the markdown table of a --one study")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--optimizers", default="adam,adagrad")
@@ -47,6 +187,12 @@ def main() -> None:
         pathlib.Path(bc.REPO_ROOT).parent / "shared" / "data"))
     p.add_argument("--out", default=bc.default_out_path("defaults"))
     args = p.parse_args()
+    if args.summarize:
+        print(summarize(args.summarize))
+        return
+    if args.one:
+        one(args.one, args.jsonl, args.data_dir)
+        return
     info = bc.run_info()
     results = []
     for case in args.cases.split(","):

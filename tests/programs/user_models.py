@@ -10,12 +10,15 @@ data, with the same optimizer:
   part, every other setting at its default) on the real Criteo rows in
   ../shared/data: train on `train_extra_nonhead.tsv` + the first 8,000
   rows of `dev_head10k.tsv`, score the last 1,999.
+- Avazu: the same Wide&Deep over Avazu's 24 string columns (real rows in
+  ../shared/data: train on the first 3,000, score the last 856) against
+  a stock model hashing the strings with `to_hash_bucket_fast`.
 - Multi-valued: a TensorNet-style model (`Input(sparse=True)` VarLen id
   features, a dim-1 wide and a dim-8 deep `embedding_column` per feature)
   on generated data whose label follows a known logistic model of the ids.
 
-`initializer` is only for measuring candidate defaults; None leaves the
-library default, which is what the test checks.
+`initializer` and `accumulator` are only for measuring candidate
+defaults; None leaves each side's default, which is what the tests check.
 """
 from __future__ import annotations
 
@@ -38,14 +41,27 @@ HIDDEN = (256, 128)
 NUM_BINS = 2**16          # stock rows per column: few collisions at this size
 
 
-def optimizer(kind: str, stock: bool, lr: float | None = None):
+def optimizer(kind: str, stock: bool, lr: float | None = None,
+              accumulator: float | None = None):
     """The same optimizer on both sides: tnet's (dense + in-table rule) or
-    the stock tf_keras one, Keras' default hyperparameters."""
+    the stock tf_keras one, each side's default hyperparameters.
+
+    `accumulator` (Adagrad only, for measuring defaults): stock: Keras'
+    initial_accumulator_value (every variable); tnet: the table rows'
+    (row_initial_accumulator_value; dense variables keep Keras' 0.1).
+    """
     lr = lr if lr is not None else {"adam": 1e-3, "adagrad": 0.05}[kind]
+    kw = {}
+    if accumulator is not None:
+        if kind != "adagrad":
+            raise ValueError("accumulator is an Adagrad setting")
+        kw = {("initial_accumulator_value" if stock
+               else "row_initial_accumulator_value"): accumulator}
     if stock:
         return {"adam": tf_keras.optimizers.Adam,
-                "adagrad": tf_keras.optimizers.Adagrad}[kind](lr)
-    return {"adam": tn.optimizer.Adam, "adagrad": tn.optimizer.Adagrad}[kind](lr)
+                "adagrad": tf_keras.optimizers.Adagrad}[kind](lr, **kw)
+    return {"adam": tn.optimizer.Adam,
+            "adagrad": tn.optimizer.Adagrad}[kind](lr, **kw)
 
 
 # ------------------------------------------------------------------ Criteo
@@ -92,6 +108,74 @@ def criteo_stock_wide_deep(hidden: Sequence[int] = HIDDEN) -> tf_keras.Model:
     return stock_wide_deep(tn_data.CRITEO_CAT_COLUMNS,
                            tn_data.CRITEO_INT_COLUMNS, num_bins=NUM_BINS,
                            hidden_units=hidden, reduce="floormod")
+
+
+# ------------------------------------------------------------------ Avazu
+AVAZU_TRAIN_ROWS = 3000   # of the 3,856 rows in ../shared/data/avazu
+
+
+def avazu_data(data_dir: pathlib.Path, seed: int):
+    """(train, eval) datasets of the real Avazu rows (string tokens):
+    train on the first AVAZU_TRAIN_ROWS, score the rest (later hours)."""
+    path = pathlib.Path(data_dir) / "avazu" / "avazu_train_oct21-22.csv"
+    train = tn_data.avazu_dataset(path, CRITEO_BATCH, take=AVAZU_TRAIN_ROWS,
+                                  shuffle_buffer=4096, seed=seed)
+    evals = tn_data.avazu_dataset(path, 1024, skip=AVAZU_TRAIN_ROWS)
+    return train, evals
+
+
+def avazu_user_wide_deep(initializer: Any = None,
+                         hidden: Sequence[int] = HIDDEN) -> tn.Model:
+    """Wide&Deep over Avazu's string columns, written from the README."""
+    cats = tn_data.AVAZU_CAT_COLUMNS
+    inputs = {c: tf_keras.Input((), dtype=tf.string, name=c) for c in cats}
+    ids = {c: fc.category_column(c, dtype=tf.string) for c in cats}
+    kw = {} if initializer is None else {"initializer": initializer}
+    wide = tn.layers.EmbeddingFeatures(
+        [fc.embedding_column(ids[c], 1, table="wide", **kw) for c in cats],
+        name="wide")
+    deep = tn.layers.EmbeddingFeatures(
+        [fc.embedding_column(ids[c], 8, table="deep", **kw) for c in cats],
+        name="deep")
+    x = deep(inputs)
+    for units in hidden:
+        x = tf_keras.layers.Dense(units, activation="relu")(x)
+    logits = tf_keras.layers.Dense(1)(x) + tf.reduce_sum(
+        wide(inputs), axis=1, keepdims=True)
+    return tn.Model(inputs, logits)
+
+
+class HashedEmbedding(tf_keras.layers.Layer):
+    """Stock embedding of string tokens: to_hash_bucket_fast, then gather."""
+
+    def __init__(self, num_bins: int, dim: int, initializer="uniform",
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.num_bins, self.dim, self.initializer = num_bins, dim, initializer
+
+    def build(self, input_shape):
+        self.embeddings = self.add_weight(
+            "embeddings", (self.num_bins, self.dim),
+            initializer=self.initializer)
+
+    def call(self, tokens):
+        return tf.gather(self.embeddings, tf.strings.to_hash_bucket_fast(
+            tokens, self.num_bins))
+
+
+def avazu_stock_wide_deep(hidden: Sequence[int] = HIDDEN) -> tf_keras.Model:
+    """The stock tf_keras Wide&Deep a user writes for string columns."""
+    cats = tn_data.AVAZU_CAT_COLUMNS
+    inputs = {c: tf_keras.Input((), dtype=tf.string, name=c) for c in cats}
+    deep = [HashedEmbedding(NUM_BINS, 8, name=f"emb_{c}")(inputs[c])
+            for c in cats]
+    wide = [HashedEmbedding(NUM_BINS, 1, initializer="zeros",
+                            name=f"wide_{c}")(inputs[c]) for c in cats]
+    x = tf_keras.layers.Concatenate()(deep)
+    for units in hidden:
+        x = tf_keras.layers.Dense(units, activation="relu")(x)
+    logits = tf_keras.layers.Add()([tf_keras.layers.Dense(1)(x)] + wide)
+    return tf_keras.Model(inputs, logits)
 
 
 # ------------------------------------------------------------ multi-valued
@@ -237,11 +321,16 @@ def fit_and_score(model, opt, train, evals, epochs: int) -> float:
 
 def run(case: str, side: str, seed: int, kind: str = "adam",
         initializer: Any = None, epochs: int = 2,
-        data_dir: pathlib.Path | None = None) -> float:
-    """One trained model's hold-out AUC. case: "criteo" | "multi_valued";
-    side: "tnet" | "stock"."""
+        data_dir: pathlib.Path | None = None,
+        accumulator: float | None = None) -> float:
+    """One trained model's hold-out AUC. case: "criteo" | "multi_valued" |
+    "avazu"; side: "tnet" | "stock"."""
     tf_keras.utils.set_random_seed(seed)
-    if case == "criteo":
+    if case == "avazu":
+        train, evals = avazu_data(data_dir, seed)
+        model = (avazu_user_wide_deep(initializer) if side == "tnet"
+                 else avazu_stock_wide_deep())
+    elif case == "criteo":
         train, evals = criteo_data(data_dir, seed)
         model = (criteo_user_wide_deep(initializer) if side == "tnet"
                  else criteo_stock_wide_deep())
@@ -251,5 +340,6 @@ def run(case: str, side: str, seed: int, kind: str = "adam",
                  else multi_valued_stock_model())
     else:
         raise ValueError(f"unknown case {case!r}")
-    return fit_and_score(model, optimizer(kind, side == "stock"), train,
-                         evals, epochs)
+    return fit_and_score(model, optimizer(kind, side == "stock",
+                                          accumulator=accumulator),
+                         train, evals, epochs)

@@ -27,10 +27,38 @@ class _TnetOptimizer:
         if "rule_class" in cls.__dict__:
             _BY_RULE[cls.rule_class.name] = cls
 
-    def _attach_rule(self, learning_rate):
-        """sparse_rule: rule_class with this optimizer's hyperparameters."""
-        self.sparse_rule = self.rule_class.from_keras_config(
-            _float_or_schedule(learning_rate), self.get_config())
+    def _attach_rule(self, learning_rate, **row_hparams):
+        """sparse_rule: rule_class with this optimizer's hyperparameters;
+        `row_hparams` (not None) override them for the table rows."""
+        config = dict(self.get_config())
+        config.update({k: v for k, v in row_hparams.items() if v is not None})
+        self.sparse_rule = self.rule_class(
+            _float_or_schedule(learning_rate),
+            **{k: config[k] for k in self.rule_class._hparams})
+
+
+# Marks an argument the caller did not pass.
+_UNSET = object()
+
+
+def _row_accumulator(initial_accumulator_value, row_initial_accumulator_value):
+    """(dense start, rows' start) of an Adagrad accumulator.
+
+    Not passing either: Keras' 0.1 for dense variables, tnet's row default
+    (sparse.ROW_INITIAL_ACCUMULATOR_VALUE) for table rows. Passing
+    `initial_accumulator_value` sets both, as in Keras;
+    `row_initial_accumulator_value` sets the rows' alone.
+    """
+    dense = (sparse.KERAS_INITIAL_ACCUMULATOR_VALUE
+             if initial_accumulator_value is _UNSET
+             else initial_accumulator_value)
+    if row_initial_accumulator_value is not None:
+        rows = row_initial_accumulator_value
+    elif initial_accumulator_value is not _UNSET:
+        rows = initial_accumulator_value
+    else:
+        rows = sparse.ROW_INITIAL_ACCUMULATOR_VALUE
+    return dense, rows
 
 
 def by_name(name: str):
@@ -57,14 +85,36 @@ class SGD(tf_keras.optimizers.SGD, _TnetOptimizer):
 
 
 class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
+    """Keras Adagrad for dense variables, Adagrad inside the tables.
+
+    Dense accumulators start at Keras' 0.1. Table rows start theirs at
+    `row_initial_accumulator_value`, by default 0.01
+    (tn.optimizer.sparse.ROW_INITIAL_ACCUMULATOR_VALUE): with Keras' 0.1 a
+    new row's first steps are ~3x smaller, and rare ids, most of a table,
+    learn slower (measured: BENCHMARKS.md "Defaults: the row
+    accumulator"). Passing `initial_accumulator_value` sets both, as in
+    Keras; `row_initial_accumulator_value=0.1` gives Keras' behaviour
+    back for the rows alone.
+    """
+
     rule_class = sparse.Adagrad
 
-    def __init__(self, learning_rate=0.001, initial_accumulator_value=0.1,
-                 epsilon=1e-7, **kwargs):
+    def __init__(self, learning_rate=0.001, initial_accumulator_value=_UNSET,
+                 epsilon=1e-7, row_initial_accumulator_value=None, **kwargs):
+        dense, rows = _row_accumulator(initial_accumulator_value,
+                                       row_initial_accumulator_value)
         super().__init__(learning_rate=learning_rate,
-                         initial_accumulator_value=initial_accumulator_value,
+                         initial_accumulator_value=dense,
                          epsilon=epsilon, **kwargs)
-        self._attach_rule(learning_rate)
+        self.row_initial_accumulator_value = float(rows)
+        self._attach_rule(learning_rate, initial_accumulator_value=rows)
+
+    def get_config(self):
+        config = super().get_config()
+        if hasattr(self, "row_initial_accumulator_value"):
+            config["row_initial_accumulator_value"] = (
+                self.row_initial_accumulator_value)
+        return config
 
 
 class RowwiseAdagrad(Adagrad):
