@@ -39,11 +39,11 @@ namespace {
 
 enum Combiner : int32_t { kSum = 0, kMean = 1, kSqrtn = 2 };
 
-// An open-addressing map key -> (group number, count), groups numbered 0,
-// 1, ... in order of insertion. 16-byte slots {key, group, count}: a hit
-// touches one cache line. Linear probing on the low bits of Mix64(key),
-// grown at half load so probes stay short. Not thread-safe: one per chunk
-// of a TnetUnique.
+// An open-addressing map key -> group number (groups numbered 0, 1, ... in
+// order of insertion), with each group's key and count in flat arrays.
+// 16-byte slots, linear probing on the low bits of Mix64(key), grown at
+// half load so probes stay short. Find is read-only (threads may share
+// it); Add is not thread-safe: one map per chunk of a TnetUnique.
 class GroupMap {
  public:
   explicit GroupMap(int64_t expected) {
@@ -64,59 +64,49 @@ class GroupMap {
       Slot& slot = slots_[s];
       if (slot.group < 0) {
         const int32_t g = static_cast<int32_t>(keys_.size());
-        slot = {key, g, count};
+        slot = {key, g, 0};
         keys_.push_back(key);
+        counts_.push_back(count);
         if (keys_.size() * 2 > capacity_) Reset(capacity_ * 2);
         return g;
       }
       if (slot.key == key) {
-        slot.count += count;
+        counts_[slot.group] += count;
         return slot.group;
       }
     }
   }
 
-  // Adds `count` to key's group if the key is present; returns the group,
-  // or -1.
-  int32_t AddIfPresent(int64_t key, uint64_t h, float count) {
+  // Key's group, or -1.
+  int32_t Find(int64_t key, uint64_t h) const {
     for (uint64_t s = h & mask_;; s = (s + 1) & mask_) {
-      Slot& slot = slots_[s];
+      const Slot& slot = slots_[s];
       if (slot.group < 0) return -1;
-      if (slot.key == key) {
-        slot.count += count;
-        return slot.group;
-      }
+      if (slot.key == key) return slot.group;
     }
   }
 
   int64_t size() const { return static_cast<int64_t>(keys_.size()); }
-  // Group g's key (keys in group order).
+  // Group g's key and count (in group order).
   const std::vector<int64_t>& keys() const { return keys_; }
-  // counts[g] = group g's count, for g < size().
-  void Counts(float* counts) const {
-    for (const Slot& slot : slots_) {
-      if (slot.group >= 0) counts[slot.group] = slot.count;
-    }
-  }
+  std::vector<float>& counts() { return counts_; }
 
  private:
   struct Slot {
     int64_t key;
     int32_t group;  // -1: empty
-    float count;
+    int32_t pad;
   };
 
   // Reallocates to `cap` slots and re-inserts every group.
   void Reset(uint64_t cap) {
-    std::vector<Slot> old = std::move(slots_);
     capacity_ = cap;
     mask_ = cap - 1;
-    slots_.assign(cap, Slot{0, -1, 0.0f});
-    for (const Slot& o : old) {
-      if (o.group < 0) continue;
-      uint64_t s = Mix64(static_cast<uint64_t>(o.key)) & mask_;
+    slots_.assign(cap, Slot{0, -1, 0});
+    for (size_t g = 0; g < keys_.size(); ++g) {
+      uint64_t s = Mix64(static_cast<uint64_t>(keys_[g])) & mask_;
       while (slots_[s].group >= 0) s = (s + 1) & mask_;
-      slots_[s] = o;
+      slots_[s] = {keys_[g], static_cast<int32_t>(g), 0};
     }
   }
 
@@ -124,6 +114,7 @@ class GroupMap {
   uint64_t capacity_ = 0;
   uint64_t mask_ = 0;
   std::vector<int64_t> keys_;
+  std::vector<float> counts_;
 };
 
 // Deduplicates keys[b, e) into `map` (groups in order of first occurrence
@@ -251,40 +242,50 @@ class TnetUniqueOp : public tf::OpKernel {
     auto phase1 = [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
         // Expect ~1/4 of a chunk's ids to be distinct; the map grows.
-        maps[c] = std::make_unique<GroupMap>((bound[c + 1] - bound[c]) / 4);
+        maps[c] = std::make_unique<GroupMap>((bound[c + 1] - bound[c]) / 2);
         DedupRange(keys, valid, bound[c], bound[c + 1], maps[c].get(), idx);
       }
     };
     RunChunks(ctx, chunks, phase1);
 
     // 2. Merge later chunks into chunk 0's map; remap[c][g] = global
-    // group. The last chunk's new keys need no slot in the map (nothing
-    // looks them up later): they only get numbers.
+    // group. The last chunk's keys are looked up in parallel (the map is
+    // read-only then) and its new keys only get numbers: nothing looks
+    // them up later. Middle chunks (more than 2 threads) insert serially.
     GroupMap& global = *maps[0];
     std::vector<std::vector<int32_t>> remap(chunks);
-    std::vector<int64_t> tail_keys;    // the last chunk's new keys
+    std::vector<int64_t> tail_keys;  // the last chunk's new keys
     std::vector<float> tail_counts;
-    std::vector<float> chunk_counts;
     for (int64_t c = 1; c < chunks; ++c) {
       const std::vector<int64_t>& ck = maps[c]->keys();
-      chunk_counts.resize(ck.size());
-      maps[c]->Counts(chunk_counts.data());
-      remap[c].resize(ck.size());
-      const bool last = c == chunks - 1;
-      for (size_t g = 0; g < ck.size(); ++g) {
-        const uint64_t h = Mix64(static_cast<uint64_t>(ck[g]));
-        int32_t to;
-        if (!last) {
-          to = global.Add(ck[g], h, chunk_counts[g]);
-        } else {
-          to = global.AddIfPresent(ck[g], h, chunk_counts[g]);
-          if (to < 0) {
-            to = static_cast<int32_t>(global.size() + tail_keys.size());
+      const std::vector<float>& cc = maps[c]->counts();
+      const int64_t m = static_cast<int64_t>(ck.size());
+      std::vector<int32_t>& to = remap[c];
+      to.resize(m);
+      if (c < chunks - 1) {
+        for (int64_t g = 0; g < m; ++g) {
+          to[g] = global.Add(ck[g], Mix64(static_cast<uint64_t>(ck[g])),
+                             cc[g]);
+        }
+      } else {
+        auto find = [&](int64_t p0, int64_t p1) {
+          for (int64_t p = p0; p < p1; ++p) {
+            for (int64_t g = m * p / chunks; g < m * (p + 1) / chunks; ++g) {
+              to[g] = global.Find(ck[g], Mix64(static_cast<uint64_t>(ck[g])));
+            }
+          }
+        };
+        RunChunks(ctx, chunks, find);
+        std::vector<float>& counts = global.counts();
+        for (int64_t g = 0; g < m; ++g) {
+          if (to[g] >= 0) {
+            counts[to[g]] += cc[g];
+          } else {
+            to[g] = static_cast<int32_t>(global.size() + tail_keys.size());
             tail_keys.push_back(ck[g]);
-            tail_counts.push_back(chunk_counts[g]);
+            tail_counts.push_back(cc[g]);
           }
         }
-        remap[c][g] = to;
       }
       maps[c].reset();
     }
@@ -298,7 +299,7 @@ class TnetUniqueOp : public tf::OpKernel {
     int64_t* uniq = uniq_t->flat<int64_t>().data();
     float* counts = counts_t->flat<float>().data();
     std::memcpy(uniq, global.keys().data(), sizeof(int64_t) * head);
-    global.Counts(counts);
+    std::memcpy(counts, global.counts().data(), sizeof(float) * head);
     std::memcpy(uniq + head, tail_keys.data(),
                 sizeof(int64_t) * tail_keys.size());
     std::memcpy(counts + head, tail_counts.data(),
