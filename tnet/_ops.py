@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import sys
 
 import tensorflow as tf
 
@@ -28,13 +29,36 @@ def built_for() -> str | None:
         return None
 
 
+class OpLibraryError(ImportError):
+    """tnet's op library is missing or was built for another TensorFlow."""
+
+
+def _one_line_hook(previous):
+    """If an OpLibraryError ends the program uncaught, it prints as one
+    line (what and how to rebuild), not a traceback into the import."""
+    def hook(kind, value, tb):
+        if isinstance(value, OpLibraryError):
+            print(f"ImportError: {value}", file=sys.stderr, flush=True)
+            return
+        previous(kind, value, tb)
+    return hook
+
+
 def _load():
+    try:
+        return _load_checked()
+    except OpLibraryError:
+        sys.excepthook = _one_line_hook(sys.excepthook)
+        raise
+
+
+def _load_checked():
     """Why check first: a library built against another TensorFlow fails
     to load with an undefined C++ symbol, or loads and crashes later; the
     recorded version turns that into one line saying what to do."""
     built = built_for()
     if not _LIB_PATH.exists():
-        raise ImportError(
+        raise OpLibraryError(
             f"tnet's op library is missing ({_LIB_PATH}"
             + (f"; built for TensorFlow {built}" if built else "")
             + "): build it with `make build` in the tnet checkout (or "
@@ -42,14 +66,14 @@ def _load():
     # No record (a library built before it was kept): loaded as is; a
     # mismatch then shows as the load failure below.
     if built is not None and built != tf.__version__:
-        raise ImportError(
+        raise OpLibraryError(
             f"tnet's op library was built for TensorFlow {built}, but "
             f"TensorFlow {tf.__version__} is installed: {_REBUILD} "
             f"(`pip install tensorflow=={built}`).")
     try:
         return tf.load_op_library(str(_LIB_PATH))
     except tf.errors.NotFoundError as e:
-        raise ImportError(
+        raise OpLibraryError(
             f"tnet's op library {_LIB_PATH} (built for TensorFlow "
             f"{built or 'unknown: no build_info.json'}) does not load into "
             f"TensorFlow {tf.__version__}: "
