@@ -817,7 +817,7 @@ def _value_reasons(spec, columns, offset, bad):
     for feature, ok, what in _value_checks(spec, columns):
         values = tf.cast(columns[spec_feature(spec, feature).column], tf.float64).numpy()
         for i in np.flatnonzero(~ok.numpy()):
-            bad.setdefault(offset + int(i), f"feature {feature!r} value {values[i]!r} "
+            bad.setdefault(offset + int(i), f"feature {feature!r} value {float(values[i])!r} "
                            f"is not {what}")
 
 
