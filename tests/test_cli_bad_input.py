@@ -33,8 +33,9 @@ BINARY = bytes(range(256)) * 3 + b"\xff\xfe"  # not UTF-8, not a tf.Example
 
 
 def _train(tmp_path, *args, launch=False, timeout=400):
-    cmd = [sys.executable, "-m", "tnet.train",
-           f"--feature_spec={tmp_path / 'spec.json'}",
+    spec = ([] if any(a.startswith("--data=") for a in args)
+            else [f"--feature_spec={tmp_path / 'spec.json'}"])
+    cmd = [sys.executable, "-m", "tnet.train", *spec,
            f"--model_dir={tmp_path / 'run'}", "--hidden_units=8",
            "--batch_size=64", *args]
     if launch:
@@ -251,3 +252,26 @@ def test_scan_files_counts_per_file(tmp_path):
                              null_label_rows=(0, 250, 251))
         found = tn.data.scan_files(spec, str(p), "parquet")
         assert (found[0].records, found[0].skipped) == (500, 3)
+
+
+def test_criteo_skip_counts_the_train_and_holdout_windows(tmp_path):
+    """--data=criteo with --train_rows: the first N lines train, the rest
+    are the hold-out; bad lines are counted in the window they fall in."""
+    from tests.conftest import data_file  # noqa: PLC0415
+    lines = data_file("criteo/dev_head10k.tsv").read_text().splitlines()[:1400]
+    bad = {99: "garbage", 1000: "1\t2", 1300: "x" * 50}  # 0-based line indexes
+    a = tmp_path / "a.tsv"
+    a.write_text("\n".join(bad.get(i, t) for i, t in enumerate(lines[:1200])) + "\n")
+    b = tmp_path / "b.tsv"
+    b.write_text("\n".join(bad.get(1200 + i, t) for i, t in enumerate(lines[1200:])) + "\n")
+    res = _train(tmp_path, "--data=criteo", f"--train_files={a},{b}",
+                 "--train_rows=1250", "--bad_rows=skip")
+    err = res.stderr.decode("utf-8", "replace")
+    assert res.returncode == 0, err[-4000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["bad_rows_skipped"] == {
+        "train": {"skipped": 2, "files": {str(a): 2}},
+        "eval": {"skipped": 1, "files": {str(b): 1}}}
+    assert summary["train_examples"] == 1250 - 2
+    assert summary["eval"]["examples"] == 1400 - 1250 - 1
+    assert f"{a}:100: expected 40 fields" in err and f"{b}:101:" in err

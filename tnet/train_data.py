@@ -136,6 +136,8 @@ class CtrJobData:
         from tnet import data as tn_data  # noqa: PLC0415
         self.tn_data = tn_data
         self.info = {}
+        self.log_limit = LOG_LIMIT
+        self.bad_rows = None
         self.kind = FLAGS.data
         if FLAGS.data in ("synthetic", "criteo"):
             self.categorical = list(tn_data.CRITEO_CAT_COLUMNS)
@@ -174,10 +176,63 @@ class CtrJobData:
             self.eval_files, self.eval_skip = self.files, FLAGS.train_rows
         self.eval_take = FLAGS.eval_rows
         header = 1 if FLAGS.data == "avazu" else 0
-        total = count_rows(self.files) - header * len(self.files)
+        lines = [count_rows([f]) - header for f in self.files]
+        total = sum(lines)
         self.train_rows = total if FLAGS.train_rows <= 0 else min(
             FLAGS.train_rows, total)
         _JOBS.append(self)
+        if FLAGS.bad_rows == "skip":
+            self._count_skips(lines)
+
+    def _count_skips(self, lines):
+        """Skip mode: every malformed row of the train (and eval) lines
+        counted per file in file order, before training (the CLI's log and
+        summary.json); the train count becomes the good rows."""
+        train = self._scan(self.files, lines, 0, self.train_take)
+        if self.eval_files is self.files:
+            evals = self._scan(self.files, lines, self.eval_skip, self.eval_take)
+        else:
+            evals = self._scan(self.eval_files, None, 0, self.eval_take)
+        self.bad_rows = {"train": report_skips(train, "train"),
+                         "eval": report_skips(evals, "eval")}
+        self.train_rows = self.bad_rows["train"]["rows"]
+        self.info["bad_rows_skipped"] = {
+            k: {"skipped": v["skipped"], "files": v["files"]}
+            for k, v in self.bad_rows.items()}
+        self.info["train_examples"] = self.train_rows
+        self.log_limit = 0
+
+    def _scan(self, files, lines, skip, take):
+        """FileScans of the window [skip, skip + take) of the files' data
+        lines (take < 0: to the end), one file at a time."""
+        from tnet.data import ReadStats  # noqa: PLC0415
+        from tnet.data.readers import FileScan  # noqa: PLC0415
+        out = []
+        for i, path in enumerate(files):
+            n = lines[i] if lines is not None else None
+            if n is not None:  # this file's part of the window
+                file_skip = min(skip, n)
+                skip -= file_skip
+                file_take = n - file_skip if take < 0 else min(take, n - file_skip)
+                if take >= 0:
+                    take -= file_take
+                if file_take <= 0:
+                    continue
+            else:
+                file_skip, file_take = 0, take
+            stats = ReadStats(max_examples=LOG_LIMIT)
+            for _ in self._reader()([path], 4096, bad_rows="skip", stats=stats,
+                                    skip=file_skip, take=file_take, log_limit=0):
+                pass
+            found = FileScan(path)
+            found.records, found.skipped = stats.lines_read, stats.skipped
+            found.first = stats.examples
+            out.append(found)
+            if lines is None and take >= 0:
+                take = max(take - stats.lines_read, 0)
+                if take == 0:
+                    break
+        return out
 
     def files_read(self):
         return [self.files or [], getattr(self, "eval_files", None) or []]
@@ -206,6 +261,7 @@ class CtrJobData:
             batch = input_context.get_per_replica_batch_size(batch)
         return self._reader()(
             self.files, batch, bad_rows=FLAGS.bad_rows, take=self.train_take,
+            log_limit=self.log_limit,
             shuffle_buffer=FLAGS.shuffle_buffer,
             seed=FLAGS.seed if input_context is None else
             FLAGS.seed + input_context.input_pipeline_id,
@@ -217,7 +273,7 @@ class CtrJobData:
                                     FLAGS.batch_size, stream="holdout")
         return self._reader()(self.eval_files, FLAGS.batch_size,
                               bad_rows=FLAGS.bad_rows, skip=self.eval_skip,
-                              take=self.eval_take)
+                              take=self.eval_take, log_limit=self.log_limit)
 
 
 class RetrievalJobData:
