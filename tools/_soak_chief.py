@@ -52,15 +52,16 @@ def make_dataset(keys: int, batch: int, seed: int) -> tf.data.Dataset:
 class Report(tf_keras.callbacks.Callback):
     """Prints table sizes each epoch and stops training at the deadline."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, tables: bool = True):
         super().__init__()
         self.seconds = seconds
+        self.read_tables = tables
         self.start = time.monotonic()
 
     def on_epoch_end(self, epoch, logs=None):
         tables = ({name: {"rows": int(t.size()), "bytes": int(t.memory_bytes())}
                    for name, t in self.model.tables().items()}
-                  if hasattr(self.model, "tables") else {})
+                  if hasattr(self.model, "tables") and self.read_tables else {})
         elapsed = time.monotonic() - self.start
         print("SOAK " + json.dumps({
             "t": round(elapsed, 2), "epoch": epoch + 1,
@@ -84,6 +85,12 @@ def main() -> None:
     p.add_argument("--model", choices=("tnet", "stock"), default="tnet",
                    help="stock: the same Wide&Deep in plain tf_keras with one "
                         "Embedding of `keys` rows per column (no tnet op)")
+    p.add_argument("--train_metrics", type=int, default=1,
+                   help="tnet: 0 skips the AUC / log-loss metrics on training "
+                        "steps (WideDeep(train_metrics=False)); a memory probe")
+    p.add_argument("--report_tables", type=int, default=1,
+                   help="0: the per-epoch report reads no table size (no "
+                        "remote table call from the chief); a memory probe")
     args = p.parse_args()
     if args.model == "stock" and args.checkpoint_every:
         p.error("--model stock runs without checkpoints (--checkpoint_every 0)")
@@ -98,9 +105,10 @@ def main() -> None:
                           tf_keras.losses.BinaryCrossentropy(from_logits=True))
         else:
             model = WideDeep(CATS, DENSE, embedding_dim=16,
-                             hidden_units=[64, 32])
+                             hidden_units=[64, 32],
+                             train_metrics=bool(args.train_metrics))
             model.compile(tn.optimizer.Adagrad(0.05))
-    callbacks: list = [Report(args.minutes * 60)]
+    callbacks: list = [Report(args.minutes * 60, tables=bool(args.report_tables))]
     directory = None
     if args.checkpoint_every:
         directory = args.checkpoint_dir or tempfile.mkdtemp(prefix="tnet_soak_ckpt_")
