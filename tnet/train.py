@@ -29,7 +29,7 @@ import tensorflow as tf
 import tf_keras
 
 from tnet import bind
-from tnet.train_data import (BadInputError, CtrJobData, RetrievalJobData,
+from tnet.train_data import (BadInputError, CtrJobData, RetrievalJobData,  # noqa: F401
                              SpecJobData, explain_bad_input)
 from tnet import models as tn_models
 
