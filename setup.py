@@ -92,7 +92,13 @@ class BuildOps(build_ext):
         subprocess.run(cmd, check=True)
         os.replace(tmp, out)
         _write_build_info(out.parent)
-        if self.inplace:  # setuptools copies the library itself, not this
+
+    def run(self) -> None:
+        # In-place builds (`make build`'s editable install, build_ext
+        # --inplace) link into build/lib, and setuptools copies the
+        # libraries into the source tree: the build record goes with them.
+        super().run()
+        if self.inplace:
             _write_build_info(ROOT / "tnet" / "_lib")
 
     def _build_bind_shim(self, ext: Extension) -> None:
