@@ -222,7 +222,7 @@ def _ensure_export(cli, model, spec, day: str, state: dict, ckpt_dir: str) -> No
     if os.path.isdir(target) and os.listdir(target):
         return
     files = _day_files(day)
-    job = SpecJobData(False, spec, files, files)
+    job = SpecJobData(False, spec, files, files, count=False)
     try:
         result = cli.export_and_check(model, job, version=version,
                                       sample_data=job.eval())

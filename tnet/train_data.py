@@ -46,7 +46,8 @@ def explain_bad_input(error: BaseException):
     if not _is_read_error(error):
         return None
     seen = set()
-    for job in reversed(_JOBS):
+    # The newest jobs only: the day (or run) being read, and its export's.
+    for job in reversed(_JOBS[-2:]):
         for files in job.files_read():
             key = tuple(files)
             if not files or key in seen:
@@ -324,7 +325,9 @@ class SpecJobData:
     to gzip TFRecord under --data_cache_dir (workers read pure tf.data)."""
 
     def __init__(self, distributed: bool, spec=None, train_files=None,
-                 eval_files=None):
+                 eval_files=None, count: bool = True):
+        """count=False: neither count records nor scan for bad rows (a job
+        that only takes a sample batch, e.g. the daily loop's export)."""
         from tnet.data import readers, spec as spec_lib  # noqa: PLC0415
         self.readers = readers
         self.spec = spec if spec is not None else spec_lib.load(FLAGS.feature_spec)
@@ -353,7 +356,10 @@ class SpecJobData:
         _JOBS.append(self)
         self.info = {"feature_spec": self.spec.source, "format": FLAGS.format}
         self.log_limit = LOG_LIMIT
-        if FLAGS.bad_rows == "skip":
+        self.bad_rows, self.train_rows = None, None
+        if not count:
+            self.log_limit = 0 if FLAGS.bad_rows == "skip" else LOG_LIMIT
+        elif FLAGS.bad_rows == "skip":
             # One pass in file order before training: every bad row counted
             # per file (the pipelines then skip them silently), and the
             # example counts (steps per epoch too) are the good rows only.
@@ -372,7 +378,6 @@ class SpecJobData:
                 k: {"skipped": v["skipped"], "files": v["files"]}
                 for k, v in self.bad_rows.items()}
         else:
-            self.bad_rows = None
             try:
                 self.train_rows = readers.count_records(files, self.format)
             except tf.errors.DataLossError as e:
