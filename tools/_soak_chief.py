@@ -26,6 +26,7 @@ import tensorflow as tf
 import tf_keras
 
 from tnet.models import WideDeep
+from tnet.models.base import Calibration
 from tnet.models.stock import stock_wide_deep
 
 CATS = [f"c{i}" for i in range(4)]
@@ -85,9 +86,11 @@ def main() -> None:
     p.add_argument("--model", choices=("tnet", "stock"), default="tnet",
                    help="stock: the same Wide&Deep in plain tf_keras with one "
                         "Embedding of `keys` rows per column (no tnet op)")
-    p.add_argument("--train_metrics", type=int, default=1,
-                   help="tnet: 0 skips the AUC / log-loss metrics on training "
-                        "steps (WideDeep(train_metrics=False)); a memory probe")
+    p.add_argument("--train_metrics", type=int, default=-1,
+                   help="AUC / log-loss metrics on training steps: -1 the "
+                        "model's default (tnet on, stock off), 0 off "
+                        "(WideDeep(train_metrics=False)), 1 on (stock: "
+                        "compiled with the same two metrics); a memory probe")
     p.add_argument("--report_tables", type=int, default=1,
                    help="0: the per-epoch report reads no table size (no "
                         "remote table call from the chief); a memory probe")
@@ -101,12 +104,18 @@ def main() -> None:
         if args.model == "stock":
             model = stock_wide_deep(CATS, DENSE, embedding_dim=16,
                                     num_bins=args.keys, hidden_units=[64, 32])
+            metrics = ([tf_keras.metrics.AUC(from_logits=True, name="auc"),
+                        tf_keras.metrics.BinaryCrossentropy(from_logits=True,
+                                                            name="logloss"),
+                        Calibration(name="calibration")]
+                       if args.train_metrics == 1 else None)
             model.compile(tf_keras.optimizers.Adagrad(0.05),
-                          tf_keras.losses.BinaryCrossentropy(from_logits=True))
+                          tf_keras.losses.BinaryCrossentropy(from_logits=True),
+                          metrics=metrics)
         else:
             model = WideDeep(CATS, DENSE, embedding_dim=16,
                              hidden_units=[64, 32],
-                             train_metrics=bool(args.train_metrics))
+                             train_metrics=args.train_metrics != 0)
             model.compile(tn.optimizer.Adagrad(0.05))
     callbacks: list = [Report(args.minutes * 60, tables=bool(args.report_tables))]
     directory = None

@@ -221,9 +221,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="stock: the same Wide&Deep in plain tf_keras (no tnet "
                         "op; needs --checkpoint_every 0), a control for how "
                         "much TensorFlow's own PS runtime grows")
-    p.add_argument("--train_metrics", type=int, default=1,
-                   help="0: tnet's WideDeep without training-step metrics "
-                        "(a probe of where memory per step goes)")
+    p.add_argument("--train_metrics", type=int, default=-1,
+                   help="training-step AUC / log-loss metrics: -1 the model's "
+                        "default (tnet on, stock off), 0 off, 1 on (a probe of "
+                        "where memory per step goes)")
     p.add_argument("--report_tables", type=int, default=1,
                    help="0: the chief reads no table sizes each epoch (a probe)")
     p.add_argument("--sample_seconds", type=float, default=5.0)
