@@ -30,6 +30,11 @@ leave it out of training so it does not become a serving input).
   ParameterServerStrategy the CLI converts Parquet to TFRecord first
   (`parquet_to_tfrecord`).
 
+Finding bad rows: `scan_files` reads files once in file order (eager
+Python over the same checks) and counts the bad records per file with the
+first few named; `tnet.train` uses it to count `--bad_rows=skip` rows and,
+after a read failure, to name the first bad record in file order.
+
 Sharding (`input_context`): by file when there are at least as many files
 as input pipelines, else by record (each pipeline reads everything and
 keeps every n-th chunk), as the Criteo reader does.
