@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-long test-all test-hosts test-hosts-long build bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh
+.PHONY: demo test test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,15 @@ $(STAMP): requirements.txt | $(PY)
 # Compiles tnet_ops/ into tnet/_lib/libtnet_ops.so (incremental).
 build: $(STAMP)
 	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
+
+# A wheel with the op library and the bind shim inside, for this platform,
+# Python and TensorFlow (version 0.1.0+tf<X.Y.Z>, requires tensorflow==X.Y.Z;
+# tnet/_lib/build_info.json records it): dist/tnet-*.whl. Install it with
+# pip into any environment that has that TensorFlow.
+wheel: $(STAMP)
+	rm -rf build/lib* build/bdist*
+	$(PY) -m pip wheel --quiet --no-build-isolation --no-deps -w dist .
+	@ls -1 dist/tnet-*.whl
 
 # The main job on its embedded default: a local cluster (2 ps, 2 workers) on
 # 127.0.0.1 trains Wide&Deep on synthetic data, evaluates, exports a

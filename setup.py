@@ -9,11 +9,18 @@ header under tnet_ops/ changed; files compile in parallel (TNET_BUILD_JOBS,
 default: number of CPUs). TNET_EXTRA_CFLAGS adds flags (e.g. sanitizers).
 tnet_ops/bind/bind_shim.c becomes tnet/_lib/libtnet_bind.so, a separate
 LD_PRELOAD library (see tnet/bind.py).
+
+`make wheel` (pip wheel --no-build-isolation) packs both libraries into a
+wheel for this platform and Python, tagged for the TensorFlow it was built
+against: the version carries it as a local label (0.1.0+tf2.21.0), the
+metadata pins that TensorFlow, and tnet/_lib/build_info.json beside the
+library records it; tnet/_ops.py checks it before loading the library.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import json
 import os
 import pathlib
 import shlex
@@ -25,6 +32,7 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = pathlib.Path(__file__).resolve().parent
 OPS = ROOT / "tnet_ops"
+BASE_VERSION = "0.1.0"
 
 
 def _tf_flags() -> tuple[list[str], list[str]]:
@@ -90,6 +98,15 @@ class BuildOps(build_ext):
         print("[tnet build] link", out, flush=True)
         subprocess.run(cmd, check=True)
         os.replace(tmp, out)
+        _write_build_info(out.parent)
+
+    def run(self) -> None:
+        # In-place builds (`make build`'s editable install, build_ext
+        # --inplace) link into build/lib, and setuptools copies the
+        # libraries into the source tree: the build record goes with them.
+        super().run()
+        if self.inplace:
+            _write_build_info(ROOT / "tnet" / "_lib")
 
     def _build_bind_shim(self, ext: Extension) -> None:
         """The LD_PRELOAD bind library (plain C, no TensorFlow; tnet/bind.py)."""
@@ -103,6 +120,33 @@ class BuildOps(build_ext):
         subprocess.run([cc, "-O2", "-fPIC", "-shared", "-Wall", "-o", str(out),
                         str(src), "-ldl"], check=True)
 
+
+
+def _tf_version() -> str:
+    try:
+        from importlib.metadata import version  # noqa: PLC0415
+        return version("tensorflow")
+    except Exception:  # noqa: BLE001 - no TensorFlow: the build says so
+        return ""
+
+
+def _write_build_info(lib_dir: pathlib.Path) -> None:
+    """Records, beside the library, the TensorFlow it links against (and
+    the compiler), for tnet/_ops.py to check before loading it."""
+    import tensorflow as tf  # noqa: PLC0415
+    info = {"tensorflow": tf.__version__, "tnet": BASE_VERSION,
+            "cxx11_abi": int(tf.sysconfig.CXX11_ABI_FLAG),
+            "compiler": os.environ.get("CXX", "g++"),
+            "python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
+    tmp = lib_dir / "build_info.json.tmp"
+    tmp.write_text(json.dumps(info, indent=1) + "\n")
+    os.replace(tmp, lib_dir / "build_info.json")
+
+
+def _version() -> str:
+    """0.1.0+tf<version>: a wheel says which TensorFlow it was built for."""
+    tf_version = _tf_version()
+    return f"{BASE_VERSION}+tf{tf_version}" if tf_version else BASE_VERSION
 
 
 def _runtime_requirements() -> list[str]:
@@ -119,7 +163,7 @@ def _runtime_requirements() -> list[str]:
 
 setup(
     name="tnet",
-    version="0.1.0",
+    version=_version(),
     description="Sparse embedding tables and ParameterServerStrategy "
                 "training for Keras recommendation models",
     packages=find_packages(include=["tnet", "tnet.*"]),

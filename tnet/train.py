@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+import traceback
 
 from absl import app, flags, logging
 
@@ -28,7 +29,8 @@ import tensorflow as tf
 import tf_keras
 
 from tnet import bind
-from tnet.train_data import CtrJobData, RetrievalJobData, SpecJobData
+from tnet.train_data import (BadInputError, CtrJobData, RetrievalJobData,  # noqa: F401
+                             SpecJobData, explain_bad_input)
 from tnet import models as tn_models
 
 FLAGS = flags.FLAGS
@@ -75,8 +77,11 @@ flags.DEFINE_integer("synthetic_eval_examples", 50_000,
 flags.DEFINE_float("synthetic_scale", 0.05, "Synthetic cardinality scale "
                    "(1.0 = about 5M distinct ids).")
 flags.DEFINE_enum("bad_rows", "fail", ["fail", "skip"],
-                  "Malformed input rows: fail (name file and line) or skip "
-                  "(count and report).")
+                  "Malformed input rows: fail (exit status 4 naming the first "
+                  "bad file:record in file order) or skip (log the first 5, "
+                  "count all per file in the log and summary.json).")
+flags.DEFINE_bool("verbose", False, "On bad input (exit status 4), print "
+                  "the traceback after the one-line message.")
 flags.DEFINE_integer("batch_size", 1024, "Examples per step.")
 flags.DEFINE_integer("epochs", 1, "Passes over the training data.")
 flags.DEFINE_enum("optimizer", "adagrad", tn.optimizer.names(),
@@ -260,21 +265,20 @@ def run() -> dict:
         callbacks.append(tf_keras.callbacks.TensorBoard(
             os.path.join(FLAGS.model_dir, "logs"), update_freq=100))
     verbose = 2 if (os.environ.get("CI") or distributed) else 1
-    try:
-        if distributed:
-            data = tf_keras.utils.experimental.DatasetCreator(
-                lambda ctx: spec.train(ctx, repeat=True))
-            model.fit(data, epochs=FLAGS.epochs, steps_per_epoch=steps,
-                      callbacks=callbacks, verbose=verbose)
-        else:
-            model.fit(spec.train(), epochs=FLAGS.epochs, callbacks=callbacks,
-                      verbose=verbose)
-        evaluation = (model.evaluate_exact(spec.eval(), spec.candidates)
-                      if retrieval else model.evaluate_exact(
-                          spec.eval(),
-                          group_key=getattr(spec, "group_key", None)))
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-        raise _bad_input(spec, e) or e
+    # A read failure (bad record, damaged file) propagates to main(), which
+    # names the first bad record in file order (train_data.explain_bad_input).
+    if distributed:
+        data = tf_keras.utils.experimental.DatasetCreator(
+            lambda ctx: spec.train(ctx, repeat=True))
+        model.fit(data, epochs=FLAGS.epochs, steps_per_epoch=steps,
+                  callbacks=callbacks, verbose=verbose)
+    else:
+        model.fit(spec.train(), epochs=FLAGS.epochs, callbacks=callbacks,
+                  verbose=verbose)
+    evaluation = (model.evaluate_exact(spec.eval(), spec.candidates)
+                  if retrieval else model.evaluate_exact(
+                      spec.eval(),
+                      group_key=getattr(spec, "group_key", None)))
     examples = meter.steps * FLAGS.batch_size
     summary = {
         "model": FLAGS.model,
@@ -305,23 +309,6 @@ def run() -> dict:
     print(json.dumps({"eval": summary["eval"], "train": summary["train"],
                       **spec.info}, indent=2))
     return summary
-
-
-class BadInputError(Exception):
-    """A read failure of the user's files, with the file and record named."""
-
-
-def _bad_input(spec, error: BaseException):
-    """A BadInputError naming the bad records behind `error`, or None."""
-    explain = getattr(spec, "explain_read_error", None)
-    where = explain(error) if explain is not None else None
-    if not where:
-        return None
-    return BadInputError(
-        "bad input in the data files: " + "; ".join(where) + ". Fix or "
-        "remove those records, or pass --bad_rows=skip to skip bad rows "
-        f"(TensorFlow's error: {type(error).__name__}: "
-        f"{str(error).strip().splitlines()[0][:200]})")
 
 
 def export_and_check(model, spec, version: int | None = None,
@@ -454,10 +441,15 @@ def main(argv):
     except tn.distribute.ClusterConfigError as e:
         print(f"tnet.train: bad TF_CONFIG: {e}", file=sys.stderr, flush=True)
         return 2
-    except BadInputError as e:
-        print(f"tnet.train: {e}", file=sys.stderr, flush=True)
-        return 4
     except Exception as e:  # noqa: BLE001
+        bad = explain_bad_input(e)
+        if bad is not None:
+            # One line (no traceback unless --verbose): what, where, the fix.
+            text = " ".join(str(bad).split())
+            print(f"tnet.train: {text}", file=sys.stderr, flush=True)
+            if FLAGS.verbose:
+                traceback.print_exception(e)
+            return 4
         lost = tn.distribute.explain_failure(e)
         if lost is None:
             raise

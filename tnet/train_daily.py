@@ -149,7 +149,12 @@ def run_days(strategy, distributed: bool, cli) -> dict:
             continue
         files = _day_files(day)
         data = SpecJobData(distributed, spec, files, files)
-        record = {"files": len(files), "examples_in_files": data.train_rows}
+        # examples: the good ones (with --bad_rows=skip, bad_rows counts
+        # the skipped ones per file).
+        record = {"files": len(files), "examples": data.train_rows}
+        if data.bad_rows is not None:
+            record["bad_rows"] = {"skipped": data.bad_rows["train"]["skipped"],
+                                  "files": data.bad_rows["train"]["files"]}
         if trained_any:  # progressive validation: before training on the day
             record["eval_before_training"] = model.evaluate_exact(
                 data.eval(), group_key=spec.group_key)
@@ -217,7 +222,7 @@ def _ensure_export(cli, model, spec, day: str, state: dict, ckpt_dir: str) -> No
     if os.path.isdir(target) and os.listdir(target):
         return
     files = _day_files(day)
-    job = SpecJobData(False, spec, files, files)
+    job = SpecJobData(False, spec, files, files, count=False)
     try:
         result = cli.export_and_check(model, job, version=version,
                                       sample_data=job.eval())

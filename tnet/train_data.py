@@ -8,12 +8,101 @@ and `info` for summary.json.
 from __future__ import annotations
 
 import os
+import sys
 
 import tensorflow as tf
 
 from absl import app, flags
 
 FLAGS = flags.FLAGS
+LOG_LIMIT = 5  # bad rows logged one by one per job (the rest: counted)
+
+
+class BadInputError(Exception):
+    """A data file or the feature spec is wrong: one line naming the file
+    and record (or line) and the feature, and what to do (exit status 4)."""
+
+
+# The job data of this run, newest last: where a read failure is looked for.
+_JOBS: list = []
+
+
+def explain_bad_input(error: BaseException):
+    """A BadInputError for `error` if it is bad input (a damaged or bad
+    record in the files being read, a spec error, a missing file), else
+    None. A read failure of a tf.data pipeline (TensorFlow's message may
+    name no file, or the shuffled pipeline's first bad row, or carry a
+    binary record's bytes that Python cannot even decode) makes the job
+    reread its files in file order, so the message names the first bad
+    record in file order (train files before eval files)."""
+    from tnet.data import readers, spec as spec_lib  # noqa: PLC0415
+    if isinstance(error, BadInputError):
+        return error
+    if isinstance(error, (spec_lib.SpecError, readers.BadDataError)):
+        prefix = "" if isinstance(error, spec_lib.SpecError) else "bad input: "
+        return BadInputError(prefix + str(error))
+    if isinstance(error, FileNotFoundError):
+        return BadInputError(f"{error.args[0] if error.args else error}")
+    if not _is_read_error(error):
+        return None
+    seen = set()
+    # The newest jobs only: the day (or run) being read, and its export's.
+    for job in reversed(_JOBS[-2:]):
+        for files in job.files_read():
+            key = tuple(files)
+            if not files or key in seen:
+                continue
+            seen.add(key)
+            found = job.first_bad(files)
+            if found:
+                return BadInputError(found)
+    return None
+
+
+def _is_read_error(error: BaseException) -> bool:
+    if isinstance(error, (UnicodeDecodeError, tf.errors.DataLossError)):
+        return True  # the former: TF's message held a binary record's bytes
+    if not isinstance(error, (tf.errors.InvalidArgumentError,
+                              tf.errors.UnknownError)):
+        return False
+    text = str(error)
+    return any(k in text for k in (
+        "IteratorGetNext", "Iterator::", "ParseExample", "parse example",
+        "bad_rows", "tf.Example", "TFRecord"))
+
+
+def _fix_record(where: str) -> str:
+    return (f"bad input: {where}. Fix or remove the record, or pass "
+            "--bad_rows=skip to drop and count bad records")
+
+
+def report_skips(scans, what: str) -> dict:
+    """Logs the bad rows `scan_files` found (the first LOG_LIMIT one by one,
+    a count per file, and a notice for the rest) and returns them for
+    summary.json / days.json. A damaged file is not skippable: raises."""
+    for found in scans:
+        if found.damaged:
+            raise BadInputError(f"bad input: {found.damaged}")
+    logged = 0
+    for found in scans:
+        for where in found.first:
+            if logged < LOG_LIMIT:
+                print(f"W tnet.train: skipping bad {what} row {where}",
+                      file=sys.stderr, flush=True)
+                logged += 1
+    total = sum(f.skipped for f in scans)
+    for found in scans:
+        if found.skipped:
+            print(f"W tnet.train: {found.path}: {found.skipped:,} of "
+                  f"{found.records:,} rows skipped as bad", file=sys.stderr,
+                  flush=True)
+    if total > logged:
+        print(f"W tnet.train: {total - logged:,} more bad {what} rows skipped "
+              "without logging them one by one (counts per file above and in "
+              "summary.json)", file=sys.stderr, flush=True)
+    return {"skipped": total, "rows": sum(f.rows for f in scans),
+            "files": {f.path: f.skipped for f in scans if f.skipped},
+            "first": [w for f in scans for w in f.first][:LOG_LIMIT]}
 
 
 def count_rows(paths) -> int:
@@ -48,6 +137,8 @@ class CtrJobData:
         from tnet import data as tn_data  # noqa: PLC0415
         self.tn_data = tn_data
         self.info = {}
+        self.log_limit = LOG_LIMIT
+        self.bad_rows = None
         self.kind = FLAGS.data
         if FLAGS.data in ("synthetic", "criteo"):
             self.categorical = list(tn_data.CRITEO_CAT_COLUMNS)
@@ -86,9 +177,76 @@ class CtrJobData:
             self.eval_files, self.eval_skip = self.files, FLAGS.train_rows
         self.eval_take = FLAGS.eval_rows
         header = 1 if FLAGS.data == "avazu" else 0
-        total = count_rows(self.files) - header * len(self.files)
+        lines = [count_rows([f]) - header for f in self.files]
+        total = sum(lines)
         self.train_rows = total if FLAGS.train_rows <= 0 else min(
             FLAGS.train_rows, total)
+        _JOBS.append(self)
+        if FLAGS.bad_rows == "skip":
+            self._count_skips(lines)
+
+    def _count_skips(self, lines):
+        """Skip mode: every malformed row of the train (and eval) lines
+        counted per file in file order, before training (the CLI's log and
+        summary.json); the train count becomes the good rows."""
+        train = self._scan(self.files, lines, 0, self.train_take)
+        if self.eval_files is self.files:
+            evals = self._scan(self.files, lines, self.eval_skip, self.eval_take)
+        else:
+            evals = self._scan(self.eval_files, None, 0, self.eval_take)
+        self.bad_rows = {"train": report_skips(train, "train"),
+                         "eval": report_skips(evals, "eval")}
+        self.train_rows = self.bad_rows["train"]["rows"]
+        self.info["bad_rows_skipped"] = {
+            k: {"skipped": v["skipped"], "files": v["files"]}
+            for k, v in self.bad_rows.items()}
+        self.info["train_examples"] = self.train_rows
+        self.log_limit = 0
+
+    def _scan(self, files, lines, skip, take):
+        """FileScans of the window [skip, skip + take) of the files' data
+        lines (take < 0: to the end), one file at a time."""
+        from tnet.data import ReadStats  # noqa: PLC0415
+        from tnet.data.readers import FileScan  # noqa: PLC0415
+        out = []
+        for i, path in enumerate(files):
+            n = lines[i] if lines is not None else None
+            if n is not None:  # this file's part of the window
+                file_skip = min(skip, n)
+                skip -= file_skip
+                file_take = n - file_skip if take < 0 else min(take, n - file_skip)
+                if take >= 0:
+                    take -= file_take
+                if file_take <= 0:
+                    continue
+            else:
+                file_skip, file_take = 0, take
+            stats = ReadStats(max_examples=LOG_LIMIT)
+            for _ in self._reader()([path], 4096, bad_rows="skip", stats=stats,
+                                    skip=file_skip, take=file_take, log_limit=0):
+                pass
+            found = FileScan(path)
+            found.records, found.skipped = stats.lines_read, stats.skipped
+            found.first = stats.examples
+            out.append(found)
+            if lines is None and take >= 0:
+                take = max(take - stats.lines_read, 0)
+                if take == 0:
+                    break
+        return out
+
+    def files_read(self):
+        return [self.files or [], getattr(self, "eval_files", None) or []]
+
+    def first_bad(self, files):
+        """The first malformed row of `files` in file order, or None."""
+        from tnet.data import ReadStats  # noqa: PLC0415
+        stats = ReadStats(max_examples=1)
+        for _ in self._reader()(files, 4096, bad_rows="skip", stats=stats,
+                                log_limit=0):
+            if stats.skipped:
+                break
+        return _fix_record(stats.examples[0]) if stats.examples else None
 
     def _reader(self):
         if self.kind == "criteo":
@@ -104,6 +262,7 @@ class CtrJobData:
             batch = input_context.get_per_replica_batch_size(batch)
         return self._reader()(
             self.files, batch, bad_rows=FLAGS.bad_rows, take=self.train_take,
+            log_limit=self.log_limit,
             shuffle_buffer=FLAGS.shuffle_buffer,
             seed=FLAGS.seed if input_context is None else
             FLAGS.seed + input_context.input_pipeline_id,
@@ -115,7 +274,7 @@ class CtrJobData:
                                     FLAGS.batch_size, stream="holdout")
         return self._reader()(self.eval_files, FLAGS.batch_size,
                               bad_rows=FLAGS.bad_rows, skip=self.eval_skip,
-                              take=self.eval_take)
+                              take=self.eval_take, log_limit=self.log_limit)
 
 
 class RetrievalJobData:
@@ -166,7 +325,9 @@ class SpecJobData:
     to gzip TFRecord under --data_cache_dir (workers read pure tf.data)."""
 
     def __init__(self, distributed: bool, spec=None, train_files=None,
-                 eval_files=None):
+                 eval_files=None, count: bool = True):
+        """count=False: neither count records nor scan for bad rows (a job
+        that only takes a sample batch, e.g. the daily loop's export)."""
         from tnet.data import readers, spec as spec_lib  # noqa: PLC0415
         self.readers = readers
         self.spec = spec if spec is not None else spec_lib.load(FLAGS.feature_spec)
@@ -182,32 +343,60 @@ class SpecJobData:
         if not files:
             raise app.UsageError("--feature_spec needs --train_files (or "
                                  "--days with --day_pattern)")
+        original, original_evals = files, evals
         if self.format == "parquet" and distributed:
             cache = os.path.join(FLAGS.data_cache_dir, "parquet-tfrecord")
             files = readers.parquet_to_tfrecord(self.spec, files, cache,
-                                                FLAGS.bad_rows)
+                                                FLAGS.bad_rows, log_limit=0)
             evals = (readers.parquet_to_tfrecord(self.spec, evals, cache,
-                                                 FLAGS.bad_rows)
+                                                 FLAGS.bad_rows, log_limit=0)
                      if evals else [])
             self.format = "tfrecord"
         self.files, self.eval_files = files, evals
-        self.train_rows = readers.count_records(files, self.format)
-        self.info = {"feature_spec": self.spec.source, "format": FLAGS.format,
-                     "train_examples_in_files": self.train_rows}
+        _JOBS.append(self)
+        self.info = {"feature_spec": self.spec.source, "format": FLAGS.format}
+        self.log_limit = LOG_LIMIT
+        self.bad_rows, self.train_rows = None, None
+        if not count:
+            self.log_limit = 0 if FLAGS.bad_rows == "skip" else LOG_LIMIT
+        elif FLAGS.bad_rows == "skip":
+            # One pass in file order before training: every bad row counted
+            # per file (the pipelines then skip them silently), and the
+            # example counts (steps per epoch too) are the good rows only.
+            # The original files: Parquet's bad rows are dropped when it is
+            # converted.
+            self.bad_rows = {"train": report_skips(readers.scan_files(
+                self.spec, original, FLAGS.format), "train")}
+            if list(original_evals) != list(original) and original_evals:
+                self.bad_rows["eval"] = report_skips(readers.scan_files(
+                    self.spec, original_evals, FLAGS.format), "eval")
+            else:
+                self.bad_rows["eval"] = self.bad_rows["train"]
+            self.train_rows = self.bad_rows["train"]["rows"]
+            self.log_limit = 0
+            self.info["bad_rows_skipped"] = {
+                k: {"skipped": v["skipped"], "files": v["files"]}
+                for k, v in self.bad_rows.items()}
+        else:
+            try:
+                self.train_rows = readers.count_records(files, self.format)
+            except tf.errors.DataLossError as e:
+                raise BadInputError(f"bad input: {e.message}") from None
+        self.info["train_examples"] = self.train_rows
 
-    def explain_read_error(self, error: BaseException):
-        """Where the bad input behind `error` is ("file:record: reason"
-        lines), if it is a read failure whose TF message does not say."""
-        text = str(error)
-        if not (isinstance(error, tf.errors.DataLossError) or (
-                isinstance(error, tf.errors.InvalidArgumentError)
-                and "Could not parse example" in text)):
-            return None
-        for files in (self.files, self.eval_files):
-            found = files and self.readers.find_bad_records(
-                self.spec, files, self.format)
-            if found:
-                return found
+    def files_read(self):
+        return [self.files, self.eval_files]
+
+    def first_bad(self, files):
+        """The first bad record of `files` in file order, as the one-line
+        message, or None."""
+        for found in self.readers.scan_files(self.spec, files, self.format,
+                                             max_examples=1,
+                                             stop_at_first=True):
+            if found.first:
+                return _fix_record(found.first[0])
+            if found.damaged:
+                return f"bad input: {found.damaged}"
         return None
 
     def train(self, input_context=None, repeat=False):
@@ -216,7 +405,7 @@ class SpecJobData:
             batch = input_context.get_per_replica_batch_size(batch)
         return self.spec.dataset(
             self.files, self.format, batch, bad_rows=FLAGS.bad_rows,
-            shuffle_buffer=FLAGS.shuffle_buffer,
+            log_limit=self.log_limit, shuffle_buffer=FLAGS.shuffle_buffer,
             seed=FLAGS.seed if input_context is None else
             FLAGS.seed + input_context.input_pipeline_id,
             num_epochs=None if repeat else 1, input_context=input_context)
@@ -227,5 +416,5 @@ class SpecJobData:
             raise app.UsageError("--feature_spec needs --eval_files to "
                                  "evaluate (or use --days)")
         return self.spec.dataset(files, self.format, FLAGS.batch_size,
-                                 bad_rows=FLAGS.bad_rows,
+                                 bad_rows=FLAGS.bad_rows, log_limit=self.log_limit,
                                  with_group=self.group_key is not None)

@@ -26,6 +26,7 @@ import tensorflow as tf
 import tf_keras
 
 from tnet.models import WideDeep
+from tnet.models.base import Calibration
 from tnet.models.stock import stock_wide_deep
 
 CATS = [f"c{i}" for i in range(4)]
@@ -52,15 +53,16 @@ def make_dataset(keys: int, batch: int, seed: int) -> tf.data.Dataset:
 class Report(tf_keras.callbacks.Callback):
     """Prints table sizes each epoch and stops training at the deadline."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, tables: bool = True):
         super().__init__()
         self.seconds = seconds
+        self.read_tables = tables
         self.start = time.monotonic()
 
     def on_epoch_end(self, epoch, logs=None):
         tables = ({name: {"rows": int(t.size()), "bytes": int(t.memory_bytes())}
                    for name, t in self.model.tables().items()}
-                  if hasattr(self.model, "tables") else {})
+                  if hasattr(self.model, "tables") and self.read_tables else {})
         elapsed = time.monotonic() - self.start
         print("SOAK " + json.dumps({
             "t": round(elapsed, 2), "epoch": epoch + 1,
@@ -84,6 +86,14 @@ def main() -> None:
     p.add_argument("--model", choices=("tnet", "stock"), default="tnet",
                    help="stock: the same Wide&Deep in plain tf_keras with one "
                         "Embedding of `keys` rows per column (no tnet op)")
+    p.add_argument("--train_metrics", type=int, default=-1,
+                   help="AUC / log-loss metrics on training steps: -1 the "
+                        "model's default (tnet on, stock off), 0 off "
+                        "(WideDeep(train_metrics=False)), 1 on (stock: "
+                        "compiled with the same two metrics); a memory probe")
+    p.add_argument("--report_tables", type=int, default=1,
+                   help="0: the per-epoch report reads no table size (no "
+                        "remote table call from the chief); a memory probe")
     args = p.parse_args()
     if args.model == "stock" and args.checkpoint_every:
         p.error("--model stock runs without checkpoints (--checkpoint_every 0)")
@@ -94,13 +104,20 @@ def main() -> None:
         if args.model == "stock":
             model = stock_wide_deep(CATS, DENSE, embedding_dim=16,
                                     num_bins=args.keys, hidden_units=[64, 32])
+            metrics = ([tf_keras.metrics.AUC(from_logits=True, name="auc"),
+                        tf_keras.metrics.BinaryCrossentropy(from_logits=True,
+                                                            name="logloss"),
+                        Calibration(name="calibration")]
+                       if args.train_metrics == 1 else None)
             model.compile(tf_keras.optimizers.Adagrad(0.05),
-                          tf_keras.losses.BinaryCrossentropy(from_logits=True))
+                          tf_keras.losses.BinaryCrossentropy(from_logits=True),
+                          metrics=metrics)
         else:
             model = WideDeep(CATS, DENSE, embedding_dim=16,
-                             hidden_units=[64, 32])
+                             hidden_units=[64, 32],
+                             train_metrics=args.train_metrics != 0)
             model.compile(tn.optimizer.Adagrad(0.05))
-    callbacks: list = [Report(args.minutes * 60)]
+    callbacks: list = [Report(args.minutes * 60, tables=bool(args.report_tables))]
     directory = None
     if args.checkpoint_every:
         directory = args.checkpoint_dir or tempfile.mkdtemp(prefix="tnet_soak_ckpt_")

@@ -53,7 +53,9 @@ class ClusterRun:
                  "--minutes", str(args.minutes), "--keys", str(args.keys),
                  "--batch", str(args.batch), "--steps_per_epoch", str(args.steps_per_epoch),
                  "--checkpoint_every", str(args.checkpoint_every),
-                 "--model", args.model]
+                 "--model", args.model,
+                 "--train_metrics", str(args.train_metrics),
+                 "--report_tables", str(args.report_tables)]
         self.tables: List[Dict[str, Any]] = []
         self.tail: List[str] = []
         self.start = time.monotonic()
@@ -219,6 +221,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="stock: the same Wide&Deep in plain tf_keras (no tnet "
                         "op; needs --checkpoint_every 0), a control for how "
                         "much TensorFlow's own PS runtime grows")
+    p.add_argument("--train_metrics", type=int, default=-1,
+                   help="training-step AUC / log-loss metrics: -1 the model's "
+                        "default (tnet on, stock off), 0 off, 1 on (a probe of "
+                        "where memory per step goes)")
+    p.add_argument("--report_tables", type=int, default=1,
+                   help="0: the chief reads no table sizes each epoch (a probe)")
     p.add_argument("--sample_seconds", type=float, default=5.0)
     p.add_argument("--warmup_fraction", type=float, default=0.3)
     p.add_argument("--slack_mb", type=float, default=48.0)

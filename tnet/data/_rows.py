@@ -428,16 +428,11 @@ def _account(fmt, paths_t, seen, element, stats, log_limit):
     def report():
         idx = tf.where(bad)[:n_desc, 0]
         text = describe(fmt, paths_t, tf.gather(keys, idx), tf.gather(lines, idx))
-        more = tf.where(seen + n_bad > log_limit,
-                        f"\nW tnet.data: more malformed {fmt.name} rows are skipped "
-                        "without logging (count them with tnet.data.ReadStats)", "")
 
         def log():
-            op = tf.print(tf.strings.join([
-                tf.strings.reduce_join(tf.strings.join(
-                    [f"W tnet.data: skipping malformed {fmt.name} row ", text[:n_log]]),
-                    separator="\n"),
-                more]), output_stream=sys.stderr)
+            op = tf.print(tf.strings.reduce_join(tf.strings.join(
+                [f"W tnet.data: skipping malformed {fmt.name} row ", text[:n_log]]),
+                separator="\n"), output_stream=sys.stderr)
             with tf.control_dependencies([op]):
                 return tf.constant(True)
 
@@ -445,8 +440,21 @@ def _account(fmt, paths_t, seen, element, stats, log_limit):
         with tf.control_dependencies([printed]):
             return tf.identity(text)
 
+    def more():
+        op = tf.print(f"W tnet.data: more malformed {fmt.name} rows are skipped "
+                      "without logging (count them with tnet.data.ReadStats)",
+                      output_stream=sys.stderr)
+        with tf.control_dependencies([op]):
+            return tf.constant(True)
+
     described = tf.cond(n_desc > 0, report, lambda: tf.zeros([0], tf.string))
-    deps = [described]
+    # The notice comes once, in the chunk whose bad rows cross the limit,
+    # whether or not that chunk logs any (after the logged rows).
+    with tf.control_dependencies([described]):
+        noticed = (tf.cond((seen <= log_limit) & (seen + n_bad > log_limit),
+                           more, lambda: tf.constant(False))
+                   if log_limit > 0 else tf.constant(False))
+    deps = [described, noticed]
     if stats is not None:
         n = tf.size(lines, out_type=tf.int64)
         deps += stats._update(n, n - n_bad, n_bad, described)

@@ -96,7 +96,7 @@ def avazu_dataset(paths: PathLike | Sequence[PathLike], batch_size: int, *,
                   num_epochs: int | None = 1, skip: int = 0, take: int = -1,
                   seed: int | None = None, drop_remainder: bool = False,
                   input_context: tf.distribute.InputContext | None = None,
-                  stats: ReadStats | None = None) -> tf.data.Dataset:
+                  stats: ReadStats | None = None, log_limit: int = 5) -> tf.data.Dataset:
     """Streams Avazu CSV files as `(features, label)` batches.
 
     `features` maps each name in `AVAZU_CAT_COLUMNS` to tf.string `[B]`;
@@ -109,4 +109,4 @@ def avazu_dataset(paths: PathLike | Sequence[PathLike], batch_size: int, *,
                      bad_rows=bad_rows, shuffle_buffer=shuffle_buffer,
                      num_epochs=num_epochs, skip=skip, take=take, seed=seed,
                      drop_remainder=drop_remainder, input_context=input_context,
-                     stats=stats)
+                     stats=stats, log_limit=log_limit)

@@ -106,7 +106,7 @@ def criteo_dataset(paths: PathLike | Sequence[PathLike], batch_size: int, *,
                    num_epochs: int | None = 1, skip: int = 0, take: int = -1,
                    seed: int | None = None, drop_remainder: bool = False,
                    input_context: tf.distribute.InputContext | None = None,
-                   stats: ReadStats | None = None) -> tf.data.Dataset:
+                   stats: ReadStats | None = None, log_limit: int = 5) -> tf.data.Dataset:
     """Streams Criteo Kaggle TSV files as `(features, label)` batches.
 
     Args:
@@ -133,6 +133,8 @@ def criteo_dataset(paths: PathLike | Sequence[PathLike], batch_size: int, *,
         many files as pipelines (and no skip/take), else by chunks of
         `max(batch_size, 1024)` lines (each pipeline then reads all files).
       stats: a `ReadStats` to count lines, rows and skipped rows (optional).
+      log_limit: with bad_rows="skip", the malformed rows logged per pass,
+        then one notice that more are skipped without logging (0: none).
 
     Lines may end in LF or CRLF; a missing final newline is fine. An empty
     line is malformed. Rows are validated in the graph, so the pipeline runs
@@ -142,7 +144,8 @@ def criteo_dataset(paths: PathLike | Sequence[PathLike], batch_size: int, *,
     return read_rows(fmt, paths, batch_size, bad_rows=bad_rows,
                      shuffle_buffer=shuffle_buffer, num_epochs=num_epochs, skip=skip,
                      take=take, seed=seed, drop_remainder=drop_remainder,
-                     input_context=input_context, stats=stats)
+                     input_context=input_context, stats=stats,
+                     log_limit=log_limit)
 
 
 def criteo_csv_dataset(paths: PathLike | Sequence[PathLike], batch_size: int, *,
@@ -150,7 +153,7 @@ def criteo_csv_dataset(paths: PathLike | Sequence[PathLike], batch_size: int, *,
                        num_epochs: int | None = 1, skip: int = 0, take: int = -1,
                        seed: int | None = None, drop_remainder: bool = False,
                        input_context: tf.distribute.InputContext | None = None,
-                       stats: ReadStats | None = None) -> tf.data.Dataset:
+                       stats: ReadStats | None = None, log_limit: int = 5) -> tf.data.Dataset:
     """Criteo as CSV with a `label,I1,..,C26` header (DeepCTR's sample file).
 
     Dense fields may be written as floats (`260.0`); output and arguments are
@@ -159,4 +162,5 @@ def criteo_csv_dataset(paths: PathLike | Sequence[PathLike], batch_size: int, *,
     return read_rows(CRITEO_CSV, paths, batch_size, bad_rows=bad_rows,
                      shuffle_buffer=shuffle_buffer, num_epochs=num_epochs, skip=skip,
                      take=take, seed=seed, drop_remainder=drop_remainder,
-                     input_context=input_context, stats=stats)
+                     input_context=input_context, stats=stats,
+                     log_limit=log_limit)

@@ -30,6 +30,11 @@ leave it out of training so it does not become a serving input).
   ParameterServerStrategy the CLI converts Parquet to TFRecord first
   (`parquet_to_tfrecord`).
 
+Finding bad rows: `scan_files` reads files once in file order (eager
+Python over the same checks) and counts the bad records per file with the
+first few named; `tnet.train` uses it to count `--bad_rows=skip` rows and,
+after a read failure, to name the first bad record in file order.
+
 Sharding (`input_context`): by file when there are at least as many files
 as input pipelines, else by record (each pipeline reads everything and
 keeps every n-th chunk), as the Criteo reader does.
@@ -59,9 +64,13 @@ def spec_dataset(spec: FeatureSpec, paths, format: str, batch_size: int, *,
                  drop_remainder: bool = False,
                  input_context: Optional[tf.distribute.InputContext] = None,
                  stats: Optional[ReadStats] = None, with_group: bool = False,
-                 compression: Optional[str] = None) -> tf.data.Dataset:
+                 compression: Optional[str] = None,
+                 log_limit: int = 5) -> tf.data.Dataset:
     """Reads `paths` (files, globs or a list) in `format` as described by
-    `spec`; see the module docstring. Arguments as tn.data.criteo_dataset."""
+    `spec`; see the module docstring. Arguments as tn.data.criteo_dataset;
+    `log_limit`: with bad_rows="skip", the first bad rows logged to stderr
+    per pass (then one notice that more are skipped without logging; 0:
+    log nothing, e.g. when `scan_files` has reported them already)."""
     if format not in FORMATS:
         raise ValueError(f"format must be one of {list(FORMATS)}, got {format!r}")
     if bad_rows not in ("fail", "skip"):
@@ -75,10 +84,17 @@ def spec_dataset(spec: FeatureSpec, paths, format: str, batch_size: int, *,
     return fn(spec, paths, format, int(batch_size), bad_rows=bad_rows,
               shuffle_buffer=shuffle_buffer, num_epochs=num_epochs, seed=seed,
               drop_remainder=drop_remainder, input_context=input_context,
-              stats=stats, with_group=with_group, compression=compression)
+              stats=stats, with_group=with_group, compression=compression,
+              log_limit=int(log_limit))
 
 
 # ------------------------------------------------------------ shared parts
+class BadDataError(ValueError):
+    """A data file does not match the spec as a whole (a CSV header without
+    a spec column, a Parquet column of another type); the message names the
+    file and the feature."""
+
+
 def _pipes(input_context) -> tuple[int, int]:
     if input_context is None:
         return 1, 0
@@ -181,7 +197,7 @@ def _compression(name: str, compression: Optional[str]) -> str:
     return "GZIP" if name.endswith(".gz") else ""
 
 
-def _tfrecord(spec, paths, fmt, batch_size, *, bad_rows, shuffle_buffer,
+def _tfrecord(spec, paths, fmt, batch_size, *, bad_rows, shuffle_buffer, log_limit,
               num_epochs, seed, drop_remainder, input_context, stats,
               with_group, compression):
     names = _rows._expand_paths(paths)
@@ -218,11 +234,13 @@ def _tfrecord(spec, paths, fmt, batch_size, *, bad_rows, shuffle_buffer,
     if skip:
         data = data.map(lambda k, r, end: _validate_one(spec, parse_spec, paths_t, k, r, end),
                         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        data = data.ignore_errors(log_warning=True)
+        # TF's warning gives each record's reason (every record, not the
+        # first few): only when logging is on at all.
+        data = data.ignore_errors(log_warning=log_limit > 0)
         data = data.batch(chunk)
         data = data.scan((tf.constant(-1, tf.int64), tf.constant(0, tf.int64)),
                          lambda state, e: _count_gaps(state, e, paths_t, stride,
-                                                      stats, pipe_id))
+                                                      stats, pipe_id, log_limit))
     elif stride > 1:
         data = data.rebatch(chunk).shard(pipes, pipe_id)
     if shuffle_buffer > 0:
@@ -262,7 +280,7 @@ def _validate_one(spec, parse_spec, paths_t, key, record, end):
         return tf.identity(key), tf.identity(record), end
 
 
-def _count_gaps(state, element, paths_t, stride, stats, pipe_id):
+def _count_gaps(state, element, paths_t, stride, stats, pipe_id, log_limit):
     """Skip mode, sequential: record numbers missing between consecutive
     survivors (per file, `stride` apart) are the dropped records."""
     prev, seen = state
@@ -288,14 +306,26 @@ def _count_gaps(state, element, paths_t, stride, stats, pipe_id):
     if stats is not None:
         deps += stats._update(n_good + n_bad, n_good, n_bad, described)
     printed = tf.cond(
-        (n_bad > 0) & (seen < 5),
+        (n_bad > 0) & (seen < log_limit),
         lambda: _print_skip(described, n_bad),
         lambda: tf.constant(False))
     deps.append(printed)
+    # Once, in the chunk that crosses the limit (not only in one that logs).
+    if log_limit > 0:
+        with tf.control_dependencies([printed]):
+            deps.append(tf.cond((seen <= log_limit) & (seen + n_bad > log_limit),
+                                _print_more, lambda: tf.constant(False)))
     with tf.control_dependencies(deps):
         good = tf.identity(good)
     return ((keys[-1], seen + n_bad),
             (tf.boolean_mask(keys, good), tf.boolean_mask(records, good)))
+
+
+def _print_more():
+    op = tf.print("W tnet.data: more bad tf.Example records are skipped without "
+                  "logging (count them with tnet.data.ReadStats)", output_stream=sys.stderr)
+    with tf.control_dependencies([op]):
+        return tf.constant(True)
 
 
 def _print_skip(described, n_bad):
@@ -353,12 +383,12 @@ def _delimited_format(spec: FeatureSpec, first_file: str, delim: str,
     missing = [f"{f.name} (column {f.column!r})" if f.column != f.name else f.name
                for f in spec.features if f.column not in columns]
     if missing:
-        raise ValueError(
+        raise BadDataError(
             f"{first_file}:1: the header has no column for feature(s) "
             f"{', '.join(missing)} of spec {spec.source}; header: {header[:300]!r}. "
             "Rename the column or set the feature's 'column'.")
     if len(set(columns)) != len(columns):
-        raise ValueError(f"{first_file}:1: the header names a column twice: {header[:300]!r}")
+        raise BadDataError(f"{first_file}:1: the header names a column twice: {header[:300]!r}")
     fields = tuple(_field_for(by_column.get(c), c, delim) for c in columns)
     index = {c: i for i, c in enumerate(columns)}
 
@@ -402,7 +432,7 @@ def _decode_cell(f: Feature, text: tf.Tensor):
     return tf.where(empty, tf.constant(int(f.padding), tf.int64), x)
 
 
-def _delimited(spec, paths, fmt, batch_size, *, bad_rows, shuffle_buffer,
+def _delimited(spec, paths, fmt, batch_size, *, bad_rows, shuffle_buffer, log_limit,
                num_epochs, seed, drop_remainder, input_context, stats,
                with_group, compression):
     if compression:
@@ -414,7 +444,7 @@ def _delimited(spec, paths, fmt, batch_size, *, bad_rows, shuffle_buffer,
     return read_rows(row_format, names, batch_size, bad_rows=bad_rows,
                      shuffle_buffer=shuffle_buffer, num_epochs=num_epochs,
                      seed=seed, drop_remainder=drop_remainder,
-                     input_context=input_context, stats=stats)
+                     input_context=input_context, stats=stats, log_limit=log_limit)
 
 
 # ---------------------------------------------------------------- parquet
@@ -448,20 +478,20 @@ def _arrow_column(pa, f: Feature, array, where: str):
     t = array.type
     if f.multi:
         if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
-            raise ValueError(f"{where}: feature {f.name!r} (column {f.column!r}) "
+            raise BadDataError(f"{where}: feature {f.name!r} (column {f.column!r}) "
                              f"is {t}, expected a list of {f.dtype} ids")
         t = t.value_type
     want_string = f.dtype == "string" and f.kind in ("id", "ids", "sequence", "group")
     if want_string and not (pa.types.is_string(t) or pa.types.is_large_string(t)
                             or pa.types.is_binary(t)):
-        raise ValueError(f"{where}: feature {f.name!r} (column {f.column!r}) "
+        raise BadDataError(f"{where}: feature {f.name!r} (column {f.column!r}) "
                          f"holds {t}, the spec says string ids")
     if not want_string and not (pa.types.is_integer(t) or pa.types.is_floating(t)
                                 or pa.types.is_boolean(t)):
-        raise ValueError(f"{where}: feature {f.name!r} (column {f.column!r}) "
+        raise BadDataError(f"{where}: feature {f.name!r} (column {f.column!r}) "
                          f"holds {t}, the spec says {f.dtype}")
     if f.is_id and not want_string and pa.types.is_floating(t):
-        raise ValueError(f"{where}: feature {f.name!r} (column {f.column!r}) "
+        raise BadDataError(f"{where}: feature {f.name!r} (column {f.column!r}) "
                          f"holds {t}: ids must be integers or strings")
     if f.multi:
         array = array.combine_chunks() if hasattr(array, "combine_chunks") else array
@@ -499,7 +529,7 @@ def _parquet_batches(spec: FeatureSpec, names: List[str], batch_rows: int,
         have = set(pf.schema_arrow.names)
         missing = [f.name for f in spec.features if f.column not in have]
         if missing:
-            raise ValueError(f"{name}: no column for feature(s) {missing} of spec "
+            raise BadDataError(f"{name}: no column for feature(s) {missing} of spec "
                              f"{spec.source}; columns: {sorted(have)[:50]}")
         groups = range(pf.num_row_groups)
         if pipes > 1 and not by_file:
@@ -540,12 +570,17 @@ def _parquet_batches(spec: FeatureSpec, names: List[str], batch_rows: int,
                     text = (f"{name}:{offset + first + 1}: feature {feature!r} is not "
                             f"{what} (row numbers are 1-based, spec {spec.source})")
                     if bad_rows == "fail":
-                        raise ValueError(text + ". Fix the data, or pass "
+                        raise BadDataError(text + ". Fix the data, or pass "
                                          "bad_rows=skip to drop and count bad rows.")
+                    n_bad = int(bad.sum())
                     if logged < log_limit:
-                        print(f"W tnet.data: skipping {int(bad.sum())} bad Parquet "
+                        print(f"W tnet.data: skipping {n_bad} bad Parquet "
                               f"row(s), first {text}", file=sys.stderr, flush=True)
-                        logged += 1
+                    if 0 < log_limit and logged <= log_limit < logged + n_bad:
+                        print("W tnet.data: more bad Parquet rows are skipped "
+                              "without logging (count them with tnet.data.ReadStats)",
+                              file=sys.stderr, flush=True)
+                    logged += n_bad
                     if stats is not None:
                         _add_stats(stats, n, n - int(bad.sum()), int(bad.sum()), text)
                     out = _keep_rows(out, ~bad)
@@ -588,7 +623,7 @@ def _keep_rows(out, keep):
     return kept
 
 
-def _parquet(spec, paths, fmt, batch_size, *, bad_rows, shuffle_buffer,
+def _parquet(spec, paths, fmt, batch_size, *, bad_rows, shuffle_buffer, log_limit,
              num_epochs, seed, drop_remainder, input_context, stats,
              with_group, compression):
     _pyarrow()
@@ -599,7 +634,8 @@ def _parquet(spec, paths, fmt, batch_size, *, bad_rows, shuffle_buffer,
     multi = {f.column for f in spec.features if f.multi}
 
     def gen():
-        for out in _parquet_batches(spec, names, chunk, pipes, pipe_id, bad_rows, stats):
+        for out in _parquet_batches(spec, names, chunk, pipes, pipe_id, bad_rows, stats,
+                                    log_limit):
             yield {c: (tf.RaggedTensor.from_row_splits(v[0], v[1], validate=False)
                        if c in multi else v[0]) for c, v in out.items()}
 
@@ -652,6 +688,18 @@ def count_records(paths, format: str, compression: Optional[str] = None) -> int:
     return total
 
 
+def _tf_text(error: BaseException) -> str:
+    """The gist of a TF error message, on one line (no op names, no raw
+    record bytes)."""
+    text = str(error).strip().replace("\n", " ")
+    text = re.sub(r"\{\{[^}]*\}\}\s*", "", text)
+    text = re.sub(r"\s*\[Op:[^\]]*\]", "", text)
+    text = re.sub(r"Name: [^,]*, ", "", text)
+    text = re.sub(r"\s*\[\[.*?\]\]", "", text)
+    text = re.sub(r"\s*name:\s*$", "", text)
+    return re.sub(r"\s+", " ", text).strip()[:300]
+
+
 def _unreadable(name: str, compression: Optional[str],
                 error: tf.errors.DataLossError) -> tf.errors.DataLossError:
     """The DataLossError of a damaged TFRecord file (TF's message names
@@ -662,43 +710,205 @@ def _unreadable(name: str, compression: Optional[str],
             good += 1
     except tf.errors.DataLossError:
         pass
-    text = str(error).strip().splitlines()[-1] if str(error).strip() else ""
-    text = text.split("}}")[-1].split(" [Op:")[0].strip()
-    return tf.errors.DataLossError(
-        None, None,
-        f"{name}:{good + 1}: unreadable TFRecord record ({text}); the file is "
-        f"corrupted or truncated after {good:,} good records. Rewrite or "
-        "remove the file (--bad_rows=skip skips bad records, not unreadable "
-        "files).")
+    return tf.errors.DataLossError(None, None, _damaged_text(name, good, error))
+
+
+def _damaged_text(name: str, good: int, error: BaseException) -> str:
+    return (f"{name}:{good + 1}: unreadable TFRecord record ({_tf_text(error)}); "
+            f"the file is corrupted or truncated after {good:,} records. "
+            "Rewrite or remove the file: --bad_rows=skip drops bad records "
+            "but cannot read past a damaged file")
+
+
+class FileScan:
+    """What `scan_files` found in one file.
+
+    records: records (TFRecord) or data lines (CSV/TSV) or rows (Parquet)
+      read; skipped: the bad ones among them; rows: the good ones;
+      first: "file:record: reason" of its first bad ones (file order);
+      damaged: "file:record: why" when the file cannot be read to its end
+      (a damaged or truncated TFRecord, a CSV header that does not match,
+      a Parquet column of the wrong type); then `records` stops there.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.records = 0
+        self.skipped = 0
+        self.first: List[str] = []
+        self.damaged: Optional[str] = None
+
+    @property
+    def rows(self) -> int:
+        return self.records - self.skipped
+
+    def __repr__(self) -> str:
+        return (f"FileScan({self.path}: {self.records} read, {self.skipped} bad"
+                + (f", damaged: {self.damaged}" if self.damaged else "") + ")")
+
+
+def scan_files(spec: FeatureSpec, paths, format: str,
+               compression: Optional[str] = None, max_examples: int = 5,
+               stop_at_first: bool = False) -> List[FileScan]:
+    """Reads `paths` once, in file order and without shuffling, and counts
+    per file the records the spec rejects (as bad_rows="skip" would drop
+    them), keeping the first `max_examples` of each as "file:record:
+    reason". `stop_at_first`: return as soon as one bad record or damaged
+    file is found (what `tnet.train` does after a failure, to name the first
+    bad record in file order). Eager Python over the readers' own checks:
+    for the CLI's counts and messages, not a training pipeline."""
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {list(FORMATS)}, got {format!r}")
+    names = _rows._expand_paths(paths)
+    out: List[FileScan] = []
+    scan = {"tfrecord": _scan_tfrecord, "parquet": _scan_parquet}.get(
+        format, _scan_delimited)
+    first_format = None
+    for name in names:
+        if scan is _scan_delimited:
+            found, first_format = scan(spec, name, format, first_format,
+                                       max_examples, stop_at_first)
+        else:
+            found = scan(spec, name, compression, max_examples, stop_at_first)
+        out.append(found)
+        if stop_at_first and (found.skipped or found.damaged):
+            break
+    return out
+
+
+def _scan_tfrecord(spec, name, compression, max_examples, stop):
+    found = FileScan(name)
+    parse_spec = _parse_spec(spec)
+    comp = _compression(name, compression)
+    batches = iter(tf.data.TFRecordDataset(name, comp, buffer_size=1 << 20).batch(4096))
+    while not (stop and found.skipped):
+        try:
+            batch = next(batches)
+        except StopIteration:
+            break
+        except tf.errors.DataLossError:
+            # The damaged batch again, one record at a time up to the damage.
+            rest = iter(tf.data.TFRecordDataset(name, comp).skip(found.records))
+            while True:
+                try:
+                    record = next(rest)
+                except StopIteration:  # pragma: no cover - read it this time
+                    break
+                except tf.errors.DataLossError as e:
+                    found.damaged = _damaged_text(name, found.records, e)
+                    break
+                _scan_records(spec, parse_spec, name, record[None], found, max_examples)
+            break
+        _scan_records(spec, parse_spec, name, batch, found, max_examples)
+    return found
+
+
+def _scan_records(spec, parse_spec, name, records, found, max_examples):
+    n = int(records.shape[0])
+    bad: Dict[int, str] = {}
+    try:
+        _value_reasons(spec, tf.io.parse_example(records, parse_spec), 0, bad)
+    except (tf.errors.InvalidArgumentError, UnicodeDecodeError):
+        for i in range(n):  # which ones, and why
+            try:
+                columns = tf.io.parse_example(records[i:i + 1], parse_spec)
+            except (tf.errors.InvalidArgumentError, UnicodeDecodeError) as e:
+                bad[i] = _parse_reason(spec, records[i].numpy(), e)
+                continue
+            _value_reasons(spec, columns, i, bad)
+    for i in sorted(bad):
+        if len(found.first) < max_examples:
+            found.first.append(f"{name}:{found.records + i + 1}: {bad[i]}")
+    found.records += n
+    found.skipped += len(bad)
+
+
+def _value_reasons(spec, columns, offset, bad):
+    for feature, ok, what in _value_checks(spec, columns):
+        values = tf.cast(columns[spec_feature(spec, feature).column], tf.float64).numpy()
+        for i in np.flatnonzero(~ok.numpy()):
+            bad.setdefault(offset + int(i), f"feature {feature!r} value {float(values[i])!r} "
+                           f"is not {what}")
+
+
+def _parse_reason(spec, record: bytes, error: BaseException) -> str:
+    text = "" if isinstance(error, UnicodeDecodeError) else _tf_text(error)
+    if not text or "Could not parse example" in text:
+        return (f"not a serialized tf.Example ({len(record)} bytes, starting "
+                f"{record[:16]!r})")
+    by_column = {}
+    for f in spec.features:
+        by_column.setdefault(f.column, f.name)
+    m = re.search(r"Key: ([^,]+), Index: \d+\.\s*(.*)", text)
+    if m:
+        return f"feature {by_column.get(m.group(1), m.group(1))!r}: {m.group(2)}"
+    m = re.search(r"Feature: (\S+) \(data type: (\w+)\) is required", text)
+    if m:
+        return (f"feature {by_column.get(m.group(1), m.group(1))!r} ({m.group(2)}) "
+                "is missing, and it has no default")
+    return text
+
+
+def _scan_delimited(spec, name, format, first_format, max_examples, stop):
+    found = FileScan(name)
+    delim = "\t" if format == "tsv" else ","
+    try:
+        row_format = first_format or _delimited_format(spec, name, delim, False)
+    except ValueError as e:
+        found.damaged = str(e)
+        return found, None
+    stats = ReadStats(max_examples=max_examples)
+    try:
+        for _ in read_rows(row_format, [name], 4096, bad_rows="skip", stats=stats,
+                           log_limit=0):
+            if stop and stats.skipped:
+                break
+    except tf.errors.InvalidArgumentError as e:  # the header check
+        text = _tf_text(e)
+        m = re.search(r"\[(.*)\]", text)
+        found.damaged = (m.group(1) if m else text) + (
+            " (every file must have the first file's header)")
+    found.records, found.skipped = stats.lines_read, stats.skipped
+    found.first = stats.examples
+    return found, row_format
+
+
+def _scan_parquet(spec, name, compression, max_examples, stop):
+    found = FileScan(name)
+    stats = ReadStats(max_examples=max_examples)
+    try:
+        for _ in _parquet_batches(spec, [name], 4096, 1, 0, "skip", stats, log_limit=0):
+            if stop and stats.skipped:
+                break
+    except ValueError as e:
+        found.damaged = str(e)
+    found.records, found.skipped = stats.lines_read, stats.skipped
+    found.first = stats.examples
+    return found
 
 
 def find_bad_records(spec: FeatureSpec, paths, format: str,
                      compression: Optional[str] = None,
                      max_examples: int = 5) -> List[str]:
-    """Reads `paths` once and returns where their bad rows are, as
-    "file:record: reason" (at most `max_examples`, in file order): a
-    damaged TFRecord file first, then rows the spec rejects.
+    """Reads `paths` in file order and returns where their first bad rows
+    are, as "file:record: reason" (at most `max_examples`): a damaged file
+    (named with the record where reading stops) or rows the spec rejects.
 
     Why: TensorFlow's own errors for an unparseable tf.Example or a damaged
-    TFRecord name neither the file nor the record; `tnet.train` calls this
-    after such a failure to say where the bad input is.
+    TFRecord name neither the file nor the record, and a shuffled pipeline
+    meets bad rows out of order; `tnet.train` calls `scan_files` after such
+    a failure to name the first one in file order.
     """
-    names = _rows._expand_paths(paths)
-    if format == "tfrecord":
-        for n in names:
-            try:
-                count_records([n], format, compression)
-            except tf.errors.DataLossError as e:
-                return [e.message]
-    stats = ReadStats(max_examples=max_examples)
-    for _ in spec_dataset(spec, names, format, 4096, bad_rows="skip",
-                          stats=stats, compression=compression):
-        pass
-    return list(stats.examples)[:max_examples]
+    out: List[str] = []
+    for found in scan_files(spec, paths, format, compression, max_examples):
+        out += found.first
+        if found.damaged:
+            out.append(found.damaged)
+    return out[:max_examples]
 
 
 def parquet_to_tfrecord(spec: FeatureSpec, paths, out_dir: str,
-                        bad_rows: str = "fail") -> List[str]:
+                        bad_rows: str = "fail", log_limit: int = 5) -> List[str]:
     """Writes each Parquet file as a gzip TFRecord of tf.Examples (the
     spec's columns), once, so ParameterServerStrategy workers can read pure
     tf.data. Returns the TFRecord paths (same order)."""
@@ -715,7 +925,8 @@ def parquet_to_tfrecord(spec: FeatureSpec, paths, out_dir: str,
             continue
         tmp = f"{target}.tmp{os.getpid()}"
         with tf.io.TFRecordWriter(tmp, "GZIP") as w:
-            for cols in _parquet_batches(spec, [name], 4096, 1, 0, bad_rows, None):
+            for cols in _parquet_batches(spec, [name], 4096, 1, 0, bad_rows, None,
+                                         log_limit):
                 column = next(iter(cols))
                 a0, b0 = cols[column]
                 n = len(b0) - 1 if multi[column].multi else len(a0)

@@ -1,0 +1,277 @@
+"""Bad input on every path of `python -m tnet.train` (one process; the
+cluster variants are long tests): a damaged or truncated file, a record
+that is not a tf.Example (text or binary), a CSV row that does not match
+the spec, in --train_files, --eval_files and the daily loop. Fail mode:
+exit status 4 and one line naming the FIRST bad file:record in file order
+(whatever the shuffled pipeline met first) and the fix, no traceback.
+Skip mode: every bad row counted per file in the log, summary.json and
+days.json; the example counts exclude them.
+
+Where the damage is comes from how each file was written here (and, for
+a truncated gzip, from walking the TFRecord framing of what zlib can still
+decompress), never from tnet's readers."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tnet as tn
+from tnet.data import spec as spec_lib
+from support import byod_data as bd
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BINARY = bytes(range(256)) * 3 + b"\xff\xfe"  # not UTF-8, not a tf.Example
+
+
+def _train(tmp_path, *args, launch=False, timeout=400):
+    spec = ([] if any(a.startswith("--data=") for a in args)
+            else [f"--feature_spec={tmp_path / 'spec.json'}"])
+    cmd = [sys.executable, "-m", "tnet.train", *spec,
+           f"--model_dir={tmp_path / 'run'}", "--hidden_units=8",
+           "--batch_size=64", *args]
+    if launch:
+        cmd = [sys.executable, "-m", "tnet.launch", "--ps", "1", "--workers",
+               "2", "--", *cmd]
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CI="true",
+               TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True,
+                          timeout=timeout)
+
+
+def _one_line(res, launch=False) -> str:
+    """Exit 4, no traceback, exactly one `tnet.train:` line: returned."""
+    out = (res.stdout + res.stderr).decode("utf-8", "replace")
+    assert res.returncode == 4, out[-4000:]
+    # (progress lines of the daily loop go to stdout; errors to stderr,
+    # which the launcher passes on prefixed with the task)
+    prefix = "[chief] tnet.train:" if launch else "tnet.train:"
+    err = out if launch else res.stderr.decode("utf-8", "replace")
+    lines = [line for line in err.splitlines() if line.startswith(prefix)
+             and "day" not in line.split(":")[1]]
+    assert len(lines) == 1, out[-4000:]
+    if not launch:  # (under a cluster TF's coordinator logs the remote error)
+        assert "Traceback" not in out, out[-4000:]
+    return lines[0]
+
+
+def _tfrecord_spans(data: bytes) -> int:
+    """Complete TFRecord records in `data` (length, crc, payload, crc)."""
+    pos = n = 0
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack("<Q", data[pos:pos + 8])
+        if pos + 12 + length + 4 > len(data):
+            break
+        pos += 12 + length + 4
+        n += 1
+    return n
+
+
+def test_truncated_gzip_and_binary_records_name_the_first_in_file_order(tmp_path):
+    bd.write_spec(tmp_path / "spec.json")
+    rs = bd.rows(400, seed=1)
+    good = bd.write_tfrecord(tmp_path / "eval.tfrecord", rs[:100])
+    # A gzip TFRecord cut in half: the first unreadable record is the one
+    # after the last complete record zlib can still give back.
+    whole = bd.write_tfrecord(tmp_path / "whole.tfrecord.gz", rs, gzip_it=True)
+    cut = tmp_path / "cut.tfrecord.gz"
+    cut.write_bytes(whole.read_bytes()[:len(whole.read_bytes()) // 2])
+    inflated = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut.read_bytes())
+    first_bad = _tfrecord_spans(inflated) + 1
+    assert 1 < first_bad < 400
+    line = _one_line(_train(tmp_path, "--format=tfrecord",
+                            f"--train_files={good},{cut}", f"--eval_files={good}"))
+    assert f"cut.tfrecord.gz:{first_bad}: unreadable TFRecord record" in line, line
+    assert "Rewrite or remove the file" in line
+    assert "or pass --bad_rows=skip" not in line  # not skippable: one remedy
+    # Binary junk at records 151 and 301 (1-based), with shuffling on: the
+    # shuffled pipeline may meet either first; the message names 151.
+    binary = bd.write_tfrecord(tmp_path / "bin.tfrecord", rs,
+                               damaged={150: BINARY, 300: BINARY})
+    line = _one_line(_train(tmp_path, "--format=tfrecord", "--shuffle_buffer=400",
+                            f"--train_files={binary}", f"--eval_files={good}"))
+    assert f"bin.tfrecord:151: not a serialized tf.Example ({len(BINARY)} bytes" in line
+    assert "--bad_rows=skip" in line
+
+
+def test_eval_file_text_record_and_csv_rows_name_file_and_feature(tmp_path):
+    bd.write_spec(tmp_path / "spec.json")
+    rs = bd.rows(300, seed=2)
+    train = bd.write_tfrecord(tmp_path / "train.tfrecord", rs)
+    bad_eval = bd.write_tfrecord(tmp_path / "eval.tfrecord", rs[:120],
+                                 damaged={77: b"plain text, not a proto"})
+    line = _one_line(_train(tmp_path, "--format=tfrecord", f"--train_files={train}",
+                            f"--eval_files={bad_eval}"))
+    assert "eval.tfrecord:78: not a serialized tf.Example" in line, line
+    # CSV: data row i is line i + 2 (the header is line 1).
+    damaged = {i: bd.csv_line(dict(rs[i], user_id="u9"), ",") for i in (260, 40, 150)}
+    csv = bd.write_csv(tmp_path / "train.csv", rs, damaged=damaged)
+    good_csv = bd.write_csv(tmp_path / "eval.csv", rs[:50])
+    line = _one_line(_train(tmp_path, "--format=csv", "--shuffle_buffer=300",
+                            f"--train_files={csv}", f"--eval_files={good_csv}"))
+    assert "train.csv:42: user_id `u9` is not an int64 id" in line, line
+    # A spec error: non-zero, one line, no traceback.
+    (tmp_path / "spec.json").write_text(json.dumps(
+        {"features": [{"name": "click", "kind": "label"},
+                      {"name": "u", "kind": "id", "dim": 0}]}))
+    line = _one_line(_train(tmp_path, "--format=csv", f"--train_files={csv}",
+                            f"--eval_files={good_csv}"))
+    assert "spec.json: feature 'u': dim must be a positive integer" in line
+
+
+def test_skip_counts_every_bad_row_per_file(tmp_path):
+    """7 bad CSV rows in one file (5 logged, the rest announced), 2 in
+    another: the log, summary.json and the example count agree with where
+    they were written."""
+    bd.write_spec(tmp_path / "spec.json")
+    rs = bd.rows(3000, seed=3)
+    # 5 in the first 1024-line chunk, then 2 more much later: the notice of
+    # unlogged rows must still come.
+    bad_a = [3, 10, 20, 30, 40, 2500, 2990]
+    a = bd.write_csv(tmp_path / "a.csv", rs, damaged={
+        i: bd.csv_line(dict(rs[i], click=7), ",") for i in bad_a})
+    b = bd.write_csv(tmp_path / "b.csv", rs[:500], damaged={
+        i: "1,2" for i in (0, 499)})
+    good = bd.write_csv(tmp_path / "eval.csv", rs[:200])
+    res = _train(tmp_path, "--format=csv", "--bad_rows=skip",
+                 f"--train_files={a},{b}", f"--eval_files={good}")
+    err = res.stderr.decode("utf-8", "replace")
+    assert res.returncode == 0, err[-4000:]
+    logged = [line for line in err.splitlines() if "skipping bad train row" in line]
+    assert [line.split("row ")[1].split(":")[1] for line in logged] == [
+        str(i + 2) for i in bad_a[:5]]
+    assert f"{a}: 7 of 3,000 rows skipped as bad" in err
+    assert f"{b}: 2 of 500 rows skipped as bad" in err
+    assert "4 more bad train rows skipped without logging" in err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["bad_rows_skipped"]["train"] == {
+        "skipped": 9, "files": {str(a): 7, str(b): 2}}
+    assert summary["bad_rows_skipped"]["eval"]["skipped"] == 0
+    assert summary["train_examples"] == 3000 + 500 - 9
+    # One process: Keras' own step count says how many rows fit saw.
+    assert summary["train"]["steps"] == -(-(3500 - 9) // 64)
+
+
+def test_daily_loop_fails_with_status_4_and_counts_skips(tmp_path):
+    bd.write_spec(tmp_path / "spec.json")
+    days = ["2026-11-01", "2026-11-02"]
+    for i, day in enumerate(days):
+        bd.write_tfrecord(tmp_path / "data" / day / "a.tfrecord", bd.rows(300, i))
+    bd.write_tfrecord(tmp_path / "data" / days[1] / "b.tfrecord", bd.rows(200, 5),
+                      damaged={9: BINARY, 120: bd.example(dict(bd.rows(1, 6)[0], click=4))})
+    args = ["--format=tfrecord", f"--days={days[0]}..{days[1]}",
+            f"--day_pattern={tmp_path}/data/{{day}}/*"]
+    res = _train(tmp_path, *args, f"--checkpoint_dir={tmp_path / 'ck'}")
+    line = _one_line(res)
+    assert f"{days[1]}/b.tfrecord:10: not a serialized tf.Example" in line, line
+    state = json.loads((tmp_path / "ck" / "days.json").read_text())["days"]
+    assert sorted(state) == days[:1]  # day 1 trained and kept
+    res = _train(tmp_path, *args, f"--checkpoint_dir={tmp_path / 'ck2'}",
+                 "--bad_rows=skip")
+    err = res.stderr.decode("utf-8", "replace")
+    assert res.returncode == 0, err[-4000:]
+    assert "b.tfrecord:10: not a serialized tf.Example" in err
+    assert "b.tfrecord:121: feature 'click' value 4.0 is not a label in [0, 1]" in err
+    state = json.loads((tmp_path / "ck2" / "days.json").read_text())["days"]
+    assert state[days[0]]["bad_rows"] == {"skipped": 0, "files": {}}
+    assert state[days[1]]["bad_rows"] == {
+        "skipped": 2, "files": {str(tmp_path / "data" / days[1] / "b.tfrecord"): 2}}
+    assert state[days[1]]["examples"] == 300 + 200 - 2
+    assert state[days[1]]["eval_before_training"]["examples"] == 498
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("mode", ["fail", "skip"])
+def test_bad_input_under_a_cluster(tmp_path, mode):
+    bd.write_spec(tmp_path / "spec.json")
+    rs = bd.rows(600, seed=4)
+    bad = bd.write_tfrecord(tmp_path / "bin.tfrecord", rs,
+                            damaged={450: BINARY, 151: BINARY})
+    good = bd.write_tfrecord(tmp_path / "eval.tfrecord", rs[:100])
+    res = _train(tmp_path, "--format=tfrecord", f"--bad_rows={mode}",
+                 f"--train_files={bad}", f"--eval_files={good}", launch=True,
+                 timeout=600)
+    if mode == "fail":
+        line = _one_line(res, launch=True)
+        assert "bin.tfrecord:152: not a serialized tf.Example" in line, line
+        return
+    out = res.stdout.decode("utf-8", "replace")
+    assert res.returncode == 0, out[-4000:]
+    assert f"{bad}: 2 of 600 rows skipped as bad" in out
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["bad_rows_skipped"]["train"]["files"] == {str(bad): 2}
+    assert summary["train_examples"] == 598
+    assert summary["train"]["steps"] == -(-598 // 64)  # steps from good rows
+
+
+# ------------------------------------------------ the readers' own logging
+def test_the_unlogged_rows_notice_always_comes(tmp_path, capfd):
+    """5 bad rows in the first chunk fill the log limit; the 2 in a later
+    chunk must still be announced (and all 7 counted)."""
+    spec = spec_lib.load(bd.write_spec(tmp_path / "spec.json"))
+    rs = bd.rows(3000, seed=7)
+    bad = [1, 2, 3, 4, 5, 2000, 2999]
+    csv = bd.write_csv(tmp_path / "d.csv", rs, damaged={i: "x" for i in bad})
+    stats = tn.data.ReadStats()
+    n = sum(int(label.shape[0]) for _, label in
+            spec.dataset(str(csv), "csv", 256, bad_rows="skip", stats=stats))
+    err = capfd.readouterr().err
+    assert (n, stats.skipped) == (3000 - 7, 7)
+    assert err.count("skipping malformed CSV") == 5
+    assert err.count("more malformed CSV") == 1
+    records = bd.write_tfrecord(tmp_path / "d.tfrecord", rs,
+                                damaged={i: BINARY for i in bad})
+    stats = tn.data.ReadStats()
+    n = sum(int(label.shape[0]) for _, label in spec.dataset(
+        str(records), "tfrecord", 256, bad_rows="skip", stats=stats, log_limit=2))
+    err = capfd.readouterr().err
+    assert (n, stats.skipped) == (3000 - 7, 7)
+    assert err.count("more bad tf.Example records are skipped") == 1
+
+
+def test_scan_files_counts_per_file(tmp_path):
+    spec = spec_lib.load(bd.write_spec(tmp_path / "spec.json"))
+    rs = bd.rows(500, seed=8)
+    a = bd.write_tfrecord(tmp_path / "a.tfrecord", rs, damaged={0: BINARY, 499: b"x"})
+    b = bd.write_tfrecord(tmp_path / "b.tfrecord", rs[:10])
+    found = tn.data.scan_files(spec, [str(a), str(b)], "tfrecord")
+    assert [(f.records, f.skipped, f.rows) for f in found] == [(500, 2, 498), (10, 0, 10)]
+    assert [e.split(": ")[0] for e in found[0].first] == [f"{a}:1", f"{a}:500"]
+    first = tn.data.scan_files(spec, [str(b), str(a)], "tfrecord", stop_at_first=True)
+    assert first[-1].first[0].startswith(f"{a}:1: not a serialized tf.Example")
+    if pytest.importorskip("pyarrow"):
+        p = bd.write_parquet(tmp_path / "p.parquet", rs, row_group_size=100,
+                             null_label_rows=(0, 250, 251))
+        found = tn.data.scan_files(spec, str(p), "parquet")
+        assert (found[0].records, found[0].skipped) == (500, 3)
+
+
+def test_criteo_skip_counts_the_train_and_holdout_windows(tmp_path):
+    """--data=criteo with --train_rows: the first N lines train, the rest
+    are the hold-out; bad lines are counted in the window they fall in."""
+    from tests.conftest import data_file  # noqa: PLC0415
+    lines = data_file("criteo/dev_head10k.tsv").read_text().splitlines()[:1400]
+    bad = {99: "garbage", 1000: "1\t2", 1300: "x" * 50}  # 0-based line indexes
+    a = tmp_path / "a.tsv"
+    a.write_text("\n".join(bad.get(i, t) for i, t in enumerate(lines[:1200])) + "\n")
+    b = tmp_path / "b.tsv"
+    b.write_text("\n".join(bad.get(1200 + i, t) for i, t in enumerate(lines[1200:])) + "\n")
+    res = _train(tmp_path, "--data=criteo", f"--train_files={a},{b}",
+                 "--train_rows=1250", "--bad_rows=skip")
+    err = res.stderr.decode("utf-8", "replace")
+    assert res.returncode == 0, err[-4000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["bad_rows_skipped"] == {
+        "train": {"skipped": 2, "files": {str(a): 2}},
+        "eval": {"skipped": 1, "files": {str(b): 1}}}
+    assert summary["train_examples"] == 1250 - 2
+    assert summary["eval"]["examples"] == 1400 - 1250 - 1
+    assert f"{a}:100: expected 40 fields" in err and f"{b}:101:" in err
