@@ -254,6 +254,32 @@ def test_scan_files_counts_per_file(tmp_path):
         assert (found[0].records, found[0].skipped) == (500, 3)
 
 
+def test_gzip_cut_at_a_record_boundary_is_named(tmp_path):
+    """A gzip TFRecord whose stream stops at a record boundary without its
+    end marker (a copy cut short): TF's reader returns the intact records
+    and no error; count_records and scan_files name the file anyway. Also
+    concatenated gzip members (valid) read whole."""
+    spec = spec_lib.load(bd.write_spec(tmp_path / "spec.json"))
+    rs = bd.rows(120, seed=3)
+    plain = bd.write_tfrecord(tmp_path / "plain.tfrecord", rs).read_bytes()
+    deflate = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    stream = deflate.compress(plain) + deflate.flush(zlib.Z_SYNC_FLUSH)
+    cut = tmp_path / "cut.tfrecord.gz"
+    cut.write_bytes(stream)  # every record, no end marker
+    assert sum(1 for _ in tf.data.TFRecordDataset(str(cut), "GZIP")) == 120
+    with pytest.raises(tf.errors.DataLossError,
+                       match=r"cut.tfrecord.gz:121: unreadable TFRecord record "
+                             r"\(the gzip stream ends before its end marker\)"):
+        tn.data.count_records(str(cut), "tfrecord")
+    found = tn.data.scan_files(spec, str(cut), "tfrecord")
+    assert found[0].records == 120 and "cut.tfrecord.gz:121" in found[0].damaged
+    whole = stream + deflate.flush()
+    joined = tmp_path / "joined.tfrecord.gz"
+    joined.write_bytes(whole + whole)
+    assert tn.data.count_records(str(joined), "tfrecord") == 240
+    assert tn.data.scan_files(spec, str(joined), "tfrecord")[0].damaged is None
+
+
 def test_criteo_skip_counts_the_train_and_holdout_windows(tmp_path):
     """--data=criteo with --train_rows: the first N lines train, the rest
     are the hold-out; bad lines are counted in the window they fall in."""

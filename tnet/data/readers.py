@@ -44,6 +44,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import zlib
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -672,13 +673,19 @@ def count_records(paths, format: str, compression: Optional[str] = None) -> int:
     if format == "tfrecord":
         total = 0
         for n in names:
-            ds = tf.data.TFRecordDataset(n, _compression(n, compression),
-                                         buffer_size=1 << 20).batch(4096)
+            comp = _compression(n, compression)
+            ds = tf.data.TFRecordDataset(n, comp, buffer_size=1 << 20).batch(4096)
             try:
-                total += int(ds.reduce(tf.constant(0, tf.int64),
-                                       lambda acc, r: acc + tf.size(r, tf.int64)))
+                records, size = (int(v) for v in ds.reduce(
+                    (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+                    lambda acc, r: (acc[0] + tf.size(r, tf.int64),
+                                    acc[1] + _framed_bytes(r))))
             except tf.errors.DataLossError as e:
                 raise _unreadable(n, compression, e) from None
+            if comp == "GZIP" and _gzip_cut(n, size):
+                raise tf.errors.DataLossError(None, None, _damaged_text(
+                    n, records, _GZIP_CUT))
+            total += records
         return total
     total = 0
     for n in names:
@@ -686,6 +693,45 @@ def count_records(paths, format: str, compression: Optional[str] = None) -> int:
             data = fh.read()
         total += data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1) - 1
     return total
+
+
+_GZIP_CUT = "the gzip stream ends before its end marker"
+
+
+def _framed_bytes(records: tf.Tensor) -> tf.Tensor:
+    """Bytes the TFRecord framing of `records` takes (length, its crc,
+    payload, payload crc)."""
+    return tf.reduce_sum(tf.cast(tf.strings.length(records), tf.int64) + 16)
+
+
+def _gzip_cut(name: str, size: int) -> bool:
+    """Whether the gzip file `name` ends before its end marker. TF's reader
+    does not check: a file cut where what zlib can still inflate ends at a
+    record boundary reads as fewer, intact records (measured: 182 of 400,
+    no error). Fast path: the trailer's size field equals `size`, the bytes
+    TF read (a single-member file, as TF and tools write); otherwise the
+    whole file is inflated here, member after member."""
+    with tf.io.gfile.GFile(name, "rb") as fh:
+        if fh.size() >= 18:
+            fh.seek(fh.size() - 4)
+            if int.from_bytes(fh.read(4), "little") == size % (1 << 32):
+                return False
+            fh.seek(0)
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        started = False
+        while True:
+            chunk = fh.read(1 << 22)
+            if not chunk:
+                return started and not inflate.eof
+            while chunk:
+                try:
+                    inflate.decompress(chunk)
+                except zlib.error:
+                    return True
+                started = True
+                chunk = inflate.unused_data if inflate.eof else b""
+                if inflate.eof and chunk:  # the next member
+                    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
 
 
 def _tf_text(error: BaseException) -> str:
@@ -713,7 +759,7 @@ def _unreadable(name: str, compression: Optional[str],
     return tf.errors.DataLossError(None, None, _damaged_text(name, good, error))
 
 
-def _damaged_text(name: str, good: int, error: BaseException) -> str:
+def _damaged_text(name: str, good: int, error: BaseException | str) -> str:
     return (f"{name}:{good + 1}: unreadable TFRecord record ({_tf_text(error)}); "
             f"the file is corrupted or truncated after {good:,} records. "
             "Rewrite or remove the file: --bad_rows=skip drops bad records "
@@ -781,10 +827,13 @@ def _scan_tfrecord(spec, name, compression, max_examples, stop):
     parse_spec = _parse_spec(spec)
     comp = _compression(name, compression)
     batches = iter(tf.data.TFRecordDataset(name, comp, buffer_size=1 << 20).batch(4096))
+    size = 0
     while not (stop and found.skipped):
         try:
             batch = next(batches)
         except StopIteration:
+            if comp == "GZIP" and _gzip_cut(name, size):
+                found.damaged = _damaged_text(name, found.records, _GZIP_CUT)
             break
         except tf.errors.DataLossError:
             # The damaged batch again, one record at a time up to the damage.
@@ -799,6 +848,7 @@ def _scan_tfrecord(spec, name, compression, max_examples, stop):
                     break
                 _scan_records(spec, parse_spec, name, record[None], found, max_examples)
             break
+        size += int(_framed_bytes(batch))
         _scan_records(spec, parse_spec, name, batch, found, max_examples)
     return found
 
