@@ -311,8 +311,13 @@ def evict_case(draw) -> dict:
 
 @st.composite
 def info_case(draw) -> dict:
-    op = draw(st.sampled_from(["SparseTableSize", "SparseTableMemoryBytes"]))
-    return {"op": op, "handle": draw(handle), "args": {}, "attrs": {}}
+    """The ops whose only input is the handle: half the cases a bad one, so
+    every such op is rejected in some case of a 2,000-case run."""
+    op = draw(st.sampled_from(["SparseTableSize", "SparseTableMemoryBytes",
+                               "SparseTableStats"]))
+    h = draw(mostly(st.sampled_from(list(POOL)), st.sampled_from(BAD_HANDLES),
+                    0.5))
+    return {"op": op, "handle": h, "args": {}, "attrs": {}}
 
 
 @st.composite
@@ -528,6 +533,7 @@ TARGETED = {
     "SparseTableEvict": evict_case(),
     "SparseTableSize": info_case(),
     "SparseTableMemoryBytes": info_case(),
+    "SparseTableStats": info_case(),
     "TnetSumRows": sum_rows_case(),
     "TnetSparseRuleSlots": rule_slots_case(),
     "TnetUnique": unique_case(),
