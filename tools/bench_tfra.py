@@ -107,7 +107,7 @@ def parse_args(argv=None):
     p.add_argument("--tnet_accumulator", type=float, default=None,
                    help="initial_accumulator_value of tnet's Adagrad, dense "
                         "variables and rows (default: tnet's defaults, "
-                        "Keras' 0.1 dense and 1e-6 for rows; TFRA's row "
+                        "Keras' 0.1 dense and 0.01 for rows; TFRA's row "
                         "slots start at 0 whatever it is set to)")
     p.add_argument("--tfra_tables", choices=("shared", "per_column"),
                    default="shared")
