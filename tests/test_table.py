@@ -141,6 +141,35 @@ def test_export_cursor_returns_each_row_once_in_chunks():
     assert calls >= int(table.size()) // 97
 
 
+@pytest.mark.parametrize("since", [None, 3])
+def test_weights_only_export_is_the_full_export_without_slots_and_meta(since):
+    """export_shard(weights_only=True): the same keys and weights, chunk by
+    chunk and cursor for cursor, as the full export; slots and meta come
+    back with no columns (in a traced function too)."""
+    table = _trained_table("wonly", num_shards=1, optimizer="adam")
+    cursor = cursor_w = 0
+    while cursor != -1:
+        k, w, s, m, cursor = table.export_shard(0, cursor, 97, since_step=since)
+        kw, ww, sw, mw, cursor_w = table.export_shard(
+            0, cursor_w, 97, since_step=since, weights_only=True)
+        cursor, cursor_w = int(cursor), int(cursor_w)
+        assert cursor == cursor_w
+        np.testing.assert_array_equal(k.numpy(), kw.numpy())
+        np.testing.assert_array_equal(w.numpy(), ww.numpy())
+        assert s.shape[1] == table.num_slots > 0 and m.shape[1] == 3
+        assert sw.shape == (len(k), 0) and mw.shape == (len(k), 0)
+        if since is not None:
+            assert (m.numpy()[:, 2] > since).all()
+
+    @tf.function
+    def chunk():
+        return table.export_shard(0, 0, 50, weights_only=True)
+
+    k, w, s, m, _ = chunk()
+    assert s.shape == (50, 0) and m.shape == (50, 0) and w.shape == (50, 6)
+    assert chunk.get_concrete_function().structured_outputs[3].shape[1] == 0
+
+
 def test_export_meta_counts_shows_clicks_and_last_step():
     table = tn.SparseTable("meta", 2)
     table.push([5, 5, 6], np.zeros((3, 2), np.float32), step=7,

@@ -434,7 +434,7 @@ class SparseTable(tf.Module):
         return [_ops.sparse_table_size(s.resource_handle) for s in self.shards]
 
     def export_shard(self, shard: int, cursor=0, max_rows=1 << 20,
-                     since_step=None):
+                     since_step=None, weights_only: bool = False):
         """(keys, weights, slots, meta, next_cursor) from one shard's cursor.
 
         meta columns are (show, click, last_step); next_cursor is -1 at the
@@ -442,15 +442,20 @@ class SparseTable(tf.Module):
         since_step: if given (>= 0), only rows whose last_step > since_step
         (rows skipped do not count against max_rows, so a call may scan the
         whole shard and return few rows); None or -1: every row.
+        weights_only: slots and meta come back with no columns, so a reader
+        that drops them (the serving export, deltas) does not move them off
+        the ps (for Adagrad rows of dim 16: 2x fewer bytes; Adam: 3x).
         """
         handle = self.shards[shard].resource_handle
         cursor = tf.cast(cursor, tf.int64)
         max_rows = tf.cast(max_rows, tf.int64)
         if since_step is None:
             return _shard_op(_ops.sparse_table_export, handle, cursor,
-                             max_rows, dim=self.dim)
+                             max_rows, dim=self.dim,
+                             weights_only=bool(weights_only))
         return _shard_op(_ops.sparse_table_export_since, handle, cursor,
-                         max_rows, tf.cast(since_step, tf.int64), dim=self.dim)
+                         max_rows, tf.cast(since_step, tf.int64), dim=self.dim,
+                         weights_only=bool(weights_only))
 
     def mark_changes(self, enable: bool = True) -> list[tuple[int, int]]:
         """Starts (or with enable=False stops) change tracking on every

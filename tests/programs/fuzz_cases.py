@@ -211,7 +211,7 @@ def export_case(draw) -> dict:
     return {"op": "SparseTableExport", "handle": h, "args": {
         "cursor": draw(scalar("int64", CURSORS, BAD_CURSORS)),
         "max_rows": draw(scalar("int64", MAX_ROWS, BAD_MAX_ROWS)),
-    }, "attrs": {"dim": draw(_dim(h))}}
+    }, "attrs": {"dim": draw(_dim(h)), "weights_only": draw(st.booleans())}}
 
 
 @st.composite
@@ -224,7 +224,7 @@ def export_since_case(draw) -> dict:
         "max_rows": draw(scalar("int64", MAX_ROWS, BAD_MAX_ROWS)),
         "since_step": draw(scalar("int64", [-1, -1, 0, 1, 5, 2**40, I64_MAX],
                                   [-2, -(2**40), I64_MIN])),
-    }, "attrs": {"dim": draw(_dim(h))}}
+    }, "attrs": {"dim": draw(_dim(h)), "weights_only": draw(st.booleans())}}
 
 
 @st.composite

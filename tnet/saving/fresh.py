@@ -495,7 +495,8 @@ def _export_since(table, since: int, chunk: int = 1 << 20):
         cursor = 0
         while cursor != -1:
             k, w, _, _, cursor = table.export_shard(shard, cursor, chunk,
-                                                    since_step=since)
+                                                    since_step=since,
+                                                    weights_only=True)
             cursor = int(cursor)
             if k.shape[0]:
                 keys.append(k.numpy())

@@ -269,8 +269,8 @@ class SpilledTable:
             for shard in range(table.num_shards):
                 cursor = 0
                 while cursor != -1:
-                    k, w, _, _, cursor = table.export_shard(shard, cursor,
-                                                            chunk_rows)
+                    k, w, _, _, cursor = table.export_shard(
+                        shard, cursor, chunk_rows, weights_only=True)
                     cursor = int(cursor)
                     if k.shape[0]:
                         self._spill(k.numpy(), w.numpy(), files)

@@ -18,6 +18,7 @@ class SparseTableExportOp : public tf::OpKernel {
   explicit SparseTableExportOp(tf::OpKernelConstruction* ctx)
       : tf::OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, GetDimAttr(ctx, &dim_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("weights_only", &weights_only_));
     has_since_ = ctx->num_inputs() == 4;
   }
 
@@ -50,18 +51,21 @@ class SparseTableExportOp : public tf::OpKernel {
     const int64_t reserve = std::min<int64_t>(max_rows, table->Size());
     keys.reserve(reserve);
     weights.reserve(reserve * dim_);
-    slots.reserve(reserve * table->num_slots());
-    meta.reserve(reserve);
-    const int64_t next =
-        table->Export(cursor, max_rows, since_step, &keys, &weights, &slots,
-                      &meta);
+    if (!weights_only_) {
+      slots.reserve(reserve * table->num_slots());
+      meta.reserve(reserve);
+    }
+    const int64_t next = table->Export(
+        cursor, max_rows, since_step, &keys, &weights,
+        weights_only_ ? nullptr : &slots, weights_only_ ? nullptr : &meta);
     const int64_t n = static_cast<int64_t>(keys.size());
-    const int64_t s = table->num_slots();
+    const int64_t s = weights_only_ ? 0 : table->num_slots();
     tf::Tensor *k_out, *w_out, *s_out, *m_out, *c_out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {n}, &k_out));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, {n, dim_}, &w_out));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, {n, s}, &s_out));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, {n, 3}, &m_out));
+    OP_REQUIRES_OK(ctx,
+                   ctx->allocate_output(3, {n, weights_only_ ? 0 : 3}, &m_out));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(4, {}, &c_out));
     if (n > 0) {
       std::memcpy(k_out->flat<int64_t>().data(), keys.data(), n * 8);
@@ -71,7 +75,7 @@ class SparseTableExportOp : public tf::OpKernel {
         std::memcpy(s_out->flat<float>().data(), slots.data(), slots.size() * 4);
       }
       double* m = m_out->flat<double>().data();
-      for (int64_t i = 0; i < n; ++i) {
+      for (int64_t i = 0; i < static_cast<int64_t>(meta.size()); ++i) {
         m[3 * i] = meta[i].show;
         m[3 * i + 1] = meta[i].click;
         m[3 * i + 2] = static_cast<double>(meta[i].last_step);
@@ -82,6 +86,7 @@ class SparseTableExportOp : public tf::OpKernel {
 
  private:
   int64_t dim_;
+  bool weights_only_ = false;
   bool has_since_ = false;
 };
 

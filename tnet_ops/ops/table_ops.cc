@@ -223,6 +223,7 @@ REGISTER_OP("SparseTableExport")
     .Output("meta: double")
     .Output("next_cursor: int64")
     .Attr("dim: int")
+    .Attr("weights_only: bool = false")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) -> Status {
       TF_RETURN_IF_ERROR(ScalarInput(c, 1));
@@ -232,8 +233,11 @@ REGISTER_OP("SparseTableExport")
       DimensionHandle n = c->UnknownDim();
       c->set_output(0, c->Vector(n));
       c->set_output(1, c->Matrix(n, dim));
-      c->set_output(2, c->Matrix(n, c->UnknownDim()));
-      c->set_output(3, c->Matrix(n, 3));
+      bool weights_only = false;
+      TF_RETURN_IF_ERROR(c->GetAttr("weights_only", &weights_only));
+      c->set_output(2, c->Matrix(n, weights_only ? c->MakeDim(0)
+                                                 : c->UnknownDim()));
+      c->set_output(3, c->Matrix(n, weights_only ? 0 : 3));
       c->set_output(4, c->Scalar());
       return ::tensorflow::OkStatus();
     })
@@ -241,7 +245,9 @@ REGISTER_OP("SparseTableExport")
 Copies up to max_rows live rows from `cursor` (0 starts, -1 means done).
 meta columns: show, click, last_step. next_cursor is -1 when the table has
 no more rows. Rows never move, so a row live for a whole multi-call export is
-returned exactly once.
+returned exactly once. weights_only: slots and meta come back with no
+columns ([n, 0]), for readers that drop them (the serving export, deltas):
+under ParameterServerStrategy they then never leave the ps.
 )doc");
 
 REGISTER_OP("SparseTableExportSince")
@@ -255,6 +261,7 @@ REGISTER_OP("SparseTableExportSince")
     .Output("meta: double")
     .Output("next_cursor: int64")
     .Attr("dim: int")
+    .Attr("weights_only: bool = false")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) -> Status {
       TF_RETURN_IF_ERROR(ScalarInput(c, 1));
@@ -265,8 +272,11 @@ REGISTER_OP("SparseTableExportSince")
       DimensionHandle n = c->UnknownDim();
       c->set_output(0, c->Vector(n));
       c->set_output(1, c->Matrix(n, dim));
-      c->set_output(2, c->Matrix(n, c->UnknownDim()));
-      c->set_output(3, c->Matrix(n, 3));
+      bool weights_only = false;
+      TF_RETURN_IF_ERROR(c->GetAttr("weights_only", &weights_only));
+      c->set_output(2, c->Matrix(n, weights_only ? c->MakeDim(0)
+                                                 : c->UnknownDim()));
+      c->set_output(3, c->Matrix(n, weights_only ? 0 : 3));
       c->set_output(4, c->Scalar());
       return ::tensorflow::OkStatus();
     })

@@ -139,7 +139,8 @@ class TableShard {
   // Rows never move, so a row that stays live during a multi-call export is
   // returned exactly once. since_step >= 0 returns only rows whose
   // last_step > since_step (the others are skipped without counting against
-  // max_rows); -1 returns every row.
+  // max_rows); -1 returns every row. slots and meta may be null (a
+  // weights-only export).
   int64_t Export(int64_t cursor, int64_t max_rows, int64_t since_step,
                  std::vector<int64_t>* keys, std::vector<float>* weights,
                  std::vector<float>* slots, std::vector<RowMeta>* meta) const;

@@ -46,9 +46,11 @@ int64_t TableShard::Export(int64_t cursor, int64_t max_rows,
       keys->push_back(KeyOf(row));
       const float* w = WeightsOf(row);
       weights->insert(weights->end(), w, w + dim);
-      const float* sl = SlotsOf(row);
-      slots->insert(slots->end(), sl, sl + num_slots_);
-      meta->push_back(MetaOf(row));
+      if (slots != nullptr) {
+        const float* sl = SlotsOf(row);
+        slots->insert(slots->end(), sl, sl + num_slots_);
+      }
+      if (meta != nullptr) meta->push_back(MetaOf(row));
       --budget;
     }
     if (r >= end) {
