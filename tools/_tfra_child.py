@@ -86,6 +86,8 @@ def parse_args(argv=None):
     p.add_argument("--pss_batches", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tnet_accumulator", type=float, default=None)
+    p.add_argument("--tnet_row_accumulator", type=float, default=None)
+    p.add_argument("--tnet_wide_accumulator", type=float, default=None)
     return p.parse_args(argv)
 
 
@@ -214,10 +216,17 @@ def build_dnn(tf_keras):
 def build(args, tf, tf_keras, mod, devices=None):
     """(model, logits_fn) compiled with Adagrad(args.lr)."""
     if args.impl == "tnet":
+        wide = (None if args.tnet_wide_accumulator is None else
+                mod.optimizer.sparse.Ftrl(
+                    learning_rate=0.2,
+                    initial_accumulator_value=args.tnet_wide_accumulator))
         model = mod.models.WideDeep(CAT, INT, embedding_dim=8,
-                                    hidden_units=HIDDEN, train_metrics=False)
+                                    hidden_units=HIDDEN, train_metrics=False,
+                                    wide_optimizer=wide)
         kw = ({} if args.tnet_accumulator is None else
               {"initial_accumulator_value": args.tnet_accumulator})
+        if args.tnet_row_accumulator is not None:
+            kw["row_initial_accumulator_value"] = args.tnet_row_accumulator
         model.compile(mod.optimizer.Adagrad(args.lr, **kw))
         return model, lambda f: model.logits(f, training=False)
     opt_cls = (tf_keras.optimizers.legacy.Adagrad if args.optimizer == "legacy"

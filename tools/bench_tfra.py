@@ -109,6 +109,12 @@ def parse_args(argv=None):
                         "variables and rows (default: tnet's defaults, "
                         "Keras' 0.1 dense and 0.01 for rows; TFRA's row "
                         "slots start at 0 whatever it is set to)")
+    p.add_argument("--tnet_row_accumulator", type=float, default=None,
+                   help="tnet's deep rows' Adagrad start alone "
+                        "(row_initial_accumulator_value)")
+    p.add_argument("--tnet_wide_accumulator", type=float, default=None,
+                   help="tnet's wide part (in-table FTRL, lr 0.2) "
+                        "initial_accumulator_value (default 0.1)")
     p.add_argument("--tfra_tables", choices=("shared", "per_column"),
                    default="shared")
     p.add_argument("--tfra_optimizer", choices=("keras", "legacy"),
@@ -119,6 +125,8 @@ def parse_args(argv=None):
     p.add_argument("--no_dnn", action="store_true",
                    help="skip the DNN-only rows (one per venv)")
     p.add_argument("--no_quality", action="store_true")
+    p.add_argument("--tnet_only", action="store_true",
+                   help="tnet's children only (a probe of tnet's settings)")
     p.add_argument("--no_throughput", action="store_true")
     p.add_argument("--no_pss", action="store_true")
     p.add_argument("--pss_shapes", default="2x2",
@@ -333,7 +341,11 @@ def run_child(args, ctx, case: str, mode: str, tag: str) -> dict:
            "--epochs", str(args.epochs), "--lr", str(args.lr),
            "--tables", args.tfra_tables, "--optimizer", args.tfra_optimizer,
            *([] if args.tnet_accumulator is None else
-             ["--tnet_accumulator", str(args.tnet_accumulator)])]
+             ["--tnet_accumulator", str(args.tnet_accumulator)]),
+           *([] if args.tnet_row_accumulator is None else
+             ["--tnet_row_accumulator", str(args.tnet_row_accumulator)]),
+           *([] if args.tnet_wide_accumulator is None else
+             ["--tnet_wide_accumulator", str(args.tnet_wide_accumulator)])]
     log_path = os.path.join(ctx["tmp"], f"{tag}.log")
     t0 = time.perf_counter()
     proc = _start(cmd, child_env(venv), log_path)
@@ -704,7 +716,8 @@ def main(argv=None) -> int:
     ctx = {"tmp": tmp, "data": os.path.join(tmp, "data.npz")}
     try:
         data_facts = prepare_data(args, tmp)
-        impls = ["tnet", "tfra"] + ([] if args.no_stock else ["stock"])
+        impls = (["tnet"] if args.tnet_only else
+                 ["tnet", "tfra"] + ([] if args.no_stock else ["stock"]))
         cases = impls + ([] if args.no_dnn else ["dnn_tnet_venv",
                                                  "dnn_tfra_venv"])
         runs = {}
