@@ -22,8 +22,10 @@ nothing is lost when one dies; every run appends a JSON line to --jsonl:
 
 `--one case,side,optimizer,accumulator,seed[,initializer[,epochs[,batches
 [,wide_ftrl_accumulator]]]]`: case criteo|multi_valued|avazu (user
-models vs stock, tests/programs/user_models.py) or sparse_heavy (tnet's
-SPARSE-HEAVY Wide&Deep, `batches` of 4096, default 64);
+models vs stock, tests/programs/user_models.py), sparse_heavy (tnet's
+SPARSE-HEAVY Wide&Deep, `batches` of 4096, default 64), or
+criteo_wd|avazu_wd (tnet's own tn.models.WideDeep, as the CLI builds it,
+on the same real rows as criteo|avazu; batches ignored);
 side tnet|stock; accumulator "-" for the side's default, else Adagrad's
 start (tnet: the rows' only, dense keeps Keras' 0.1; stock: every
 variable's); initializer "-" for the default or a CANDIDATES key.
@@ -104,6 +106,44 @@ def sparse_heavy_auc(seed: int, accumulator: float | None, init,
     return float(auc_of(np.concatenate(labels), np.concatenate(scores)))
 
 
+def library_wide_deep_auc(case: str, seed: int, accumulator: float | None,
+                          epochs: int, wide_ftrl_acc: float | None,
+                          data_dir: str) -> float:
+    """tnet's own `tn.models.WideDeep` (what `python -m tnet.train` builds:
+    deep dim 8, wide part `LinearFeatures`, in-table FTRL lr 0.2) on the
+    real rows of tests/programs/user_models.py ("criteo_wd": Criteo,
+    "avazu_wd": Avazu), tn Adagrad 0.05; hold-out AUC."""
+    import numpy as np
+    import tf_keras
+
+    import tnet as tn
+    from tnet import data as tn_data
+    from tnet.data.metrics import auc as auc_of
+    tf_keras.utils.set_random_seed(seed)
+    if case == "criteo_wd":
+        train, evals = user_models.criteo_data(pathlib.Path(data_dir), seed)
+        cats, dense = tn_data.CRITEO_CAT_COLUMNS, tn_data.CRITEO_INT_COLUMNS
+    else:
+        train, evals = user_models.avazu_data(pathlib.Path(data_dir), seed)
+        cats, dense = list(train.element_spec[0]), []
+    wide_opt = (None if wide_ftrl_acc is None else tn.optimizer.sparse.Ftrl(
+        0.2, initial_accumulator_value=wide_ftrl_acc))
+    model = tn.models.WideDeep(cats, dense, embedding_dim=8,
+                               hidden_units=user_models.HIDDEN,
+                               train_metrics=False, wide_optimizer=wide_opt,
+                               string_ids=case == "avazu_wd")
+    okw = ({} if accumulator is None
+           else {"row_initial_accumulator_value": accumulator})
+    model.compile(tn.optimizer.Adagrad(0.05, **okw))
+    model.fit(train, epochs=epochs, verbose=0)
+    labels, scores = [], []
+    for features, y in evals:
+        scores.append(np.asarray(model.logits(features, training=False))
+                      .reshape(-1))
+        labels.append(np.asarray(y).reshape(-1))
+    return float(auc_of(np.concatenate(labels), np.concatenate(scores)))
+
+
 def one(spec: str, jsonl: str, data_dir: str) -> None:
     """Trains one model (see --one) and appends its result to `jsonl`."""
     import math
@@ -122,6 +162,12 @@ def one(spec: str, jsonl: str, data_dir: str) -> None:
                                None if init == "-" else CANDIDATES[init],
                                epochs, batches,
                                None if wide_ftrl == "-" else float(wide_ftrl))
+    elif case in ("criteo_wd", "avazu_wd"):
+        if side != "tnet" or kind != "adagrad" or init != "-":
+            raise SystemExit(f"{case}: tnet with Adagrad only")
+        auc = library_wide_deep_auc(
+            case, int(seed), None if acc == "-" else float(acc), epochs,
+            None if wide_ftrl == "-" else float(wide_ftrl), data_dir)
     else:
         auc = user_models.run(case, side, int(seed), kind,
                               None if init == "-" else CANDIDATES[init],
@@ -130,7 +176,9 @@ def one(spec: str, jsonl: str, data_dir: str) -> None:
     row = {"case": case, "side": side, "optimizer": kind, "accumulator": acc,
            "initializer": init, "epochs": epochs, "seed": int(seed),
            **({"batches": batches, "wide_ftrl_accumulator": wide_ftrl}
-              if case == "sparse_heavy" else {}),
+              if case == "sparse_heavy" else
+              {"wide_ftrl_accumulator": wide_ftrl}
+              if case in ("criteo_wd", "avazu_wd") else {}),
            "auc": auc, "finite": math.isfinite(auc),
            "seconds": round(time.time() - start, 1),
            "commit": bc.run_info()["git_commit"],
