@@ -67,13 +67,11 @@ def sparse_heavy_auc(seed: int, accumulator: float | None, init,
     `accumulator`: the Adagrad rows' start (None: tnet's default);
     `init`: the embedding columns' initializer (None: default);
     `wide_ftrl_acc`: the wide FTRL rows' start (None: its default)."""
-    import numpy as np
     import tf_keras
 
     import tnet as tn
     from tnet import feature_column as fc
     from tnet.data import SyntheticCriteo
-    from tnet.data.metrics import auc as auc_of
     from tools import _sparse_heavy as sh
     from tools.bench_train import sparse_heavy_dataset
     cats, multi, ints = sh.columns()
@@ -98,8 +96,16 @@ def sparse_heavy_auc(seed: int, accumulator: float | None, init,
     model.compile(tn.optimizer.Adagrad(0.05, **okw))
     # Shuffle the batch order per seed (the examples are fixed).
     model.fit(train.shuffle(batches, seed=seed), epochs=epochs, verbose=0)
+    return _holdout_auc(model, hold)
+
+
+def _holdout_auc(model, data) -> float:
+    """Exact AUC of a tnet model's logits over (features, label) batches."""
+    import numpy as np
+
+    from tnet.data.metrics import auc as auc_of
     labels, scores = [], []
-    for features, y in hold:
+    for features, y in data:
         scores.append(np.asarray(model.logits(features, training=False))
                       .reshape(-1))
         labels.append(np.asarray(y).reshape(-1))
@@ -113,12 +119,10 @@ def library_wide_deep_auc(case: str, seed: int, accumulator: float | None,
     deep dim 8, wide part `LinearFeatures`, in-table FTRL lr 0.2) on the
     real rows of tests/programs/user_models.py ("criteo_wd": Criteo,
     "avazu_wd": Avazu), tn Adagrad 0.05; hold-out AUC."""
-    import numpy as np
     import tf_keras
 
     import tnet as tn
     from tnet import data as tn_data
-    from tnet.data.metrics import auc as auc_of
     tf_keras.utils.set_random_seed(seed)
     if case == "criteo_wd":
         train, evals = user_models.criteo_data(pathlib.Path(data_dir), seed)
@@ -136,12 +140,7 @@ def library_wide_deep_auc(case: str, seed: int, accumulator: float | None,
            else {"row_initial_accumulator_value": accumulator})
     model.compile(tn.optimizer.Adagrad(0.05, **okw))
     model.fit(train, epochs=epochs, verbose=0)
-    labels, scores = [], []
-    for features, y in evals:
-        scores.append(np.asarray(model.logits(features, training=False))
-                      .reshape(-1))
-        labels.append(np.asarray(y).reshape(-1))
-    return float(auc_of(np.concatenate(labels), np.concatenate(scores)))
+    return _holdout_auc(model, evals)
 
 
 def one(spec: str, jsonl: str, data_dir: str) -> None:
