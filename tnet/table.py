@@ -490,16 +490,26 @@ class SparseTable(tf.Module):
                         "deleted": deleted.numpy()})
         return out
 
-    def export(self, max_rows_per_call: int = 1 << 20):
-        """Eagerly exports every live row: (keys, weights, slots, meta)."""
-        parts = []
-        for i in range(self.num_shards):
+    def export_chunks(self, shard: Optional[int] = None,
+                      chunk_rows: int = 1 << 20, since_step=None,
+                      weights_only: bool = False):
+        """Yields (keys, weights, slots, meta) chunk by chunk (eager), from
+        shard `shard` or every shard in order, through the export cursor:
+        the one loop every reader of a whole table uses (checkpoints, the
+        serving export, deltas). `since_step` and `weights_only` are
+        `export_shard`'s; a chunk may be empty."""
+        for i in range(self.num_shards) if shard is None else [shard]:
             cursor = 0
             while cursor != -1:
-                k, w, s, m, cursor = self.export_shard(i, cursor,
-                                                       max_rows_per_call)
+                k, w, s, m, cursor = self.export_shard(
+                    i, cursor, chunk_rows, since_step=since_step,
+                    weights_only=weights_only)
                 cursor = int(cursor)
-                parts.append((k, w, s, m))
+                yield k, w, s, m
+
+    def export(self, max_rows_per_call: int = 1 << 20):
+        """Eagerly exports every live row: (keys, weights, slots, meta)."""
+        parts = list(self.export_chunks(chunk_rows=max_rows_per_call))
         if not parts:
             parts = [(tf.zeros([0], tf.int64), tf.zeros([0, self.dim]),
                       tf.zeros([0, self.num_slots]),

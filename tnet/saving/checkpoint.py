@@ -373,13 +373,10 @@ def _write_part(path, table, name, shard, chunk_rows, since_step, progress,
     Returns the rows written."""
     part = _Part(path, table, name, shard, chunk_rows)
     try:
-        cursor = 0
-        while cursor != -1:
-            k, w, s, m, cursor = table.export_shard(
-                shard, cursor, chunk_rows,
-                since_step=None if since_step < 0 else since_step)
-            cursor = int(cursor)
-            k, w, s, m = k.numpy(), w.numpy(), s.numpy(), m.numpy()
+        for chunk in table.export_chunks(
+                shard, chunk_rows,
+                since_step=None if since_step < 0 else since_step):
+            k, w, s, m = (x.numpy() for x in chunk)
             part.append(k, w, s, m)
             if written_keys is not None and len(k):
                 written_keys.append(k)

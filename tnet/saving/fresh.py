@@ -491,16 +491,11 @@ class DeltaPublisher:
 
 def _export_since(table, since: int, chunk: int = 1 << 20):
     keys, rows = [], []
-    for shard in range(table.num_shards):
-        cursor = 0
-        while cursor != -1:
-            k, w, _, _, cursor = table.export_shard(shard, cursor, chunk,
-                                                    since_step=since,
-                                                    weights_only=True)
-            cursor = int(cursor)
-            if k.shape[0]:
-                keys.append(k.numpy())
-                rows.append(w.numpy())
+    for k, w, _, _ in table.export_chunks(chunk_rows=chunk, since_step=since,
+                                          weights_only=True):
+        if k.shape[0]:
+            keys.append(k.numpy())
+            rows.append(w.numpy())
     if not keys:
         return np.zeros(0, np.int64), np.zeros((0, table.dim), np.float32)
     return np.concatenate(keys), np.concatenate(rows)

@@ -266,14 +266,10 @@ class SpilledTable:
         self.record = np.dtype([("k", "<i8"), ("w", "<f4", (self.dim,))])
         files = [None] * buckets
         try:
-            for shard in range(table.num_shards):
-                cursor = 0
-                while cursor != -1:
-                    k, w, _, _, cursor = table.export_shard(
-                        shard, cursor, chunk_rows, weights_only=True)
-                    cursor = int(cursor)
-                    if k.shape[0]:
-                        self._spill(k.numpy(), w.numpy(), files)
+            for k, w, _, _ in table.export_chunks(chunk_rows=chunk_rows,
+                                                  weights_only=True):
+                if k.shape[0]:
+                    self._spill(k.numpy(), w.numpy(), files)
         finally:
             for f in files:
                 if f is not None:
