@@ -164,8 +164,13 @@ def test_worker_partition_job_finishes_and_the_other_worker_trains(
     print(f"worker cut: detected after {detected - cut:.1f}s, steps/s "
           f"before {before:.1f}, during {during:.1f} ({during / before:.2f}x), "
           f"chief exit {exited - done:.1f}s after fit, "
-          f"steps counted twice and recounted: {_recounted(out)}")
+          f"steps counted twice and recounted: {_recounted(out)}, "
+          f"extra pushes (batches) {_extra_pushes(out, 16 * STEPS)}")
     assert exited - done <= END_BOUND, exited - done
+    # At-least-once, bounded: only the cut worker's step in flight can land
+    # and run again (README "Failures across hosts").
+    for table, extra in _extra_pushes(out, 16 * STEPS).items():
+        assert 0 <= extra <= 1, (table, extra)
     assert during >= 0.4 * before, (before, during)
     assert run.saved() == [STEPS * e for e in range(1, 17)], run.saved()
     assert f"HOSTS_DONE iterations={16 * STEPS} planned={16 * STEPS}" in out
@@ -188,8 +193,10 @@ def test_ps_partition_stalls_then_goes_on(hosts, tmp_path, trial):
     assert f"HOSTS_DONE iterations={10 * STEPS} planned={10 * STEPS}" in out
     assert "HOSTS_LOST" not in out
     stall = run.rate(cut + 2, heal)
+    extra = _extra_pushes(out, 10 * STEPS)
     print(f"ps cut: steps/s during the cut {stall:.1f}, steps counted twice "
-          f"and recounted: {_recounted(out)}, resumed "
+          f"and recounted: {_recounted(out)}, extra pushes (batches) "
+          f"{extra}, resumed "
           f"{(run.first(r'HOSTS_SAVED step=200 ', cut) or 0) - heal:.1f}s "
           "after the heal (epoch 2 saved)")
 
@@ -199,6 +206,16 @@ def _recounted(out):
     warnings): each is a retried step whose dense update had landed."""
     return sum(int(n) for n in
                re.findall(r"(\d+) retried step\(s\) counted twice", out))
+
+
+def _extra_pushes(out, steps):
+    """Per table, the pushes that landed beyond `steps` batches, in batches
+    (from HOSTS_SHOWS: a table's show total / ids per batch). A failed
+    attempt whose push reached some ps shards counts as a fraction."""
+    found = re.findall(r"HOSTS_SHOWS table=(\w+) shows=(\d+) per_step=(\d+)",
+                       out)
+    assert found, out[-3000:]
+    return {t: int(s) / int(p) - steps for t, s, p in found}
 
 
 def _lost_line(out):

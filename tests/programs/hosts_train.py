@@ -9,6 +9,8 @@ Lines it prints:
                                   a thread that reads the step on the ps)
   HOSTS_SAVED step=N epoch=E     (after each checkpoint)
   HOSTS_DONE iterations=N planned=M
+  HOSTS_SHOWS table=T shows=S per_step=P   (per table: S / P = the pushes
+                                  that landed, in batches)
   HOSTS_LOST <tnet's one-line lost-task message>   (then exit 3)
 """
 import argparse
@@ -86,6 +88,14 @@ def train(args) -> None:
     stop.set()
     print(f"HOSTS_DONE iterations={int(model.optimizer.iterations.numpy())} "
           f"planned={args.epochs * steps}", flush=True)
+    # Pushes that landed, counted by the tables themselves: every push adds
+    # each id's occurrences in its batch to the row's show, so a table's
+    # show total is (pushes landed) x (ids per batch); nothing decays here.
+    for name, table in sorted(model.tables().items()):
+        total = sum(float(meta.numpy()[:, 0].sum())
+                    for _, _, _, meta in table.export_chunks())
+        print(f"HOSTS_SHOWS table={name} shows={total:.0f} "
+              f"per_step={args.batch * len(CATS)}", flush=True)
 
 
 def main() -> int:
