@@ -199,6 +199,11 @@ def test_ps_partition_stalls_then_goes_on(hosts, tmp_path, trial):
           f"{extra}, resumed "
           f"{(run.first(r'HOSTS_SAVED step=200 ', cut) or 0) - heal:.1f}s "
           "after the heal (epoch 2 saved)")
+    # A failed attempt can push only after all its pulls and its gradient:
+    # at most each worker's step in flight at the cut, partly (to the ps
+    # still reachable); attempts during the cut fail at their pulls.
+    for table, batches in extra.items():
+        assert 0 <= batches <= 2, (table, batches)
 
 
 def _recounted(out):
