@@ -29,6 +29,7 @@ from tnet.saving import fresh, op_check
 from tnet.serving import follow
 
 TOL = 1e-5
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _columns():
@@ -402,3 +403,54 @@ def test_publish_deltas_callback_in_fit(setup, tmp_path):
     probe = _probe()
     np.testing.assert_allclose(_served(loaded, probe),
                                _trained(model, probe), atol=TOL)
+
+
+def test_cli_publishes_deltas_that_bring_the_base_to_the_trained_model(
+        tmp_path):
+    """`python -m tnet.train --publish_every_n_steps=3` on a user's feature
+    spec: an updatable base is exported before training, deltas follow
+    every 3 steps and at the end (no compaction: with it, a base exported
+    before training holds no rows and the first publish is a new base); the base loaded in this process (stock
+    ops only) with every delta applied by the follower predicts what the
+    trained model predicts (the final export check's sample and
+    expectations)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from support import byod_data as bd  # noqa: PLC0415
+    bd.write_spec(tmp_path / "spec.json")
+    train = bd.write_tfrecord(tmp_path / "train.tfrecord", bd.rows(900, 1))
+    evals = bd.write_tfrecord(tmp_path / "eval.tfrecord", bd.rows(200, 2))
+    export_dir, run = tmp_path / "export", tmp_path / "run"
+    cmd = [sys.executable, "-m", "tnet.train",
+           f"--feature_spec={tmp_path / 'spec.json'}", "--format=tfrecord",
+           f"--train_files={train}", f"--eval_files={evals}",
+           f"--model_dir={run}", f"--export_dir={export_dir}",
+           "--hidden_units=8", "--batch_size=64", "--epochs=2",
+           "--publish_every_n_steps=3", "--publish_compact_at=0"]
+    env = dict(os.environ, PYTHONPATH=ROOT, CI="true",
+               TF_CPP_MIN_LOG_LEVEL="2")
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=400)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.load(open(run / "summary.json"))
+    versions = fresh.versions_of(str(export_dir))
+    assert len(versions) == 2, versions  # the base, then the final export
+    base = os.path.join(export_dir, str(versions[0]))
+    assert f"publishing deltas to {base}" in res.stdout
+    assert summary["export"]["updatable"] and summary["published"]
+    # 2 epochs of ceil(900 / 64) = 15 steps: every 3rd step, and the end.
+    assert len(fresh.list_deltas(base)) == len(summary["published"]) >= 10
+    loaded = tf.saved_model.load(base)
+    target = follow.InProcessTarget(loaded)
+    follower = follow.Follower(base, [target], say=lambda m: None)
+    follower.export_dir, follower.info = base, fresh.read_info(base)
+    follower.step()
+    sample = dict(np.load(run / "export_sample.npz"))
+    expected = sample.pop("__expected__").reshape(-1)
+    out = loaded.signatures["serving_default"](
+        **{k: tf.constant(v) for k, v in sample.items()})
+    got = out["prediction"].numpy().reshape(-1)
+    np.testing.assert_allclose(got, expected, atol=TOL)
+    fresh_model = tf.saved_model.load(base)  # the base alone is behind
+    stale = fresh_model.signatures["serving_default"](
+        **{k: tf.constant(v) for k, v in sample.items()})["prediction"].numpy()
+    assert np.max(np.abs(stale.reshape(-1) - expected)) > 1e-3

@@ -104,6 +104,20 @@ flags.DEFINE_bool("updatable_export", False, "Write the export with "
                   "updatable=True (an overlay and the apply_delta "
                   "signatures): tn.saving.publish_delta and python -m "
                   "tnet.serving.follow can then keep it fresh.")
+flags.DEFINE_integer("publish_every_n_steps", 0, "With --export_dir: keep "
+                     "the served model fresh while training: every N steps "
+                     "(under a cluster: at the epoch end that crosses it), "
+                     "publish the rows changed since the last publish as a "
+                     "delta of the newest updatable export (one is written "
+                     "first if there is none); python -m tnet.serving.follow "
+                     "applies them. Implies --updatable_export. 0: off.")
+flags.DEFINE_float("publish_every_seconds", 0, "As --publish_every_n_steps, "
+                   "every S seconds. 0: off.")
+flags.DEFINE_float("publish_compact_at", 0.1, "With --publish_every_*: "
+                   "when the rows published since the export's base reach "
+                   "this fraction of its rows, publish a new base version "
+                   "instead of a delta (TF Serving loads it; the follower "
+                   "moves to it). 0: never.")
 flags.DEFINE_string("checkpoint_dir", "", "Checkpoints (tables + dense "
                     "state) go here; training resumes from the newest one. "
                     "Empty: no checkpoints.")
@@ -161,7 +175,46 @@ _MODELS = {"wide_deep": tn_models.WideDeep, "deepfm": tn_models.DeepFM,
            "dcn": tn_models.DCN}
 
 
+def _publishing() -> bool:
+    return bool(FLAGS.publish_every_n_steps or FLAGS.publish_every_seconds)
+
+
+def _publisher():
+    """The PublishDeltas callback of --publish_every_*, or None."""
+    if not _publishing():
+        return None
+    return tn.callbacks.PublishDeltas(
+        FLAGS.export_dir, every_n_steps=FLAGS.publish_every_n_steps or None,
+        every_seconds=FLAGS.publish_every_seconds or None,
+        compact_at=FLAGS.publish_compact_at or None)
+
+
+def updatable_export_of(export_dir: str):
+    """The newest updatable version under `export_dir`, or None."""
+    from tnet.saving import fresh  # noqa: PLC0415
+    if not os.path.isdir(export_dir):
+        return None
+    try:
+        newest = fresh.newest_export(export_dir)
+        fresh.read_info(newest)
+    except (fresh.DeltaError, OSError):
+        return None
+    return newest
+
+
 def _check_model_data() -> None:
+    if _publishing():
+        if not FLAGS.export_dir:
+            raise app.UsageError("--publish_every_n_steps/_seconds publish "
+                                 "to an export: set --export_dir")
+        if FLAGS.model == "two_tower":
+            raise app.UsageError("--publish_every_* keeps a ranking model's "
+                                 "export fresh, not two_tower's")
+        if min(FLAGS.publish_every_n_steps, FLAGS.publish_every_seconds,
+               FLAGS.publish_compact_at) < 0:
+            raise app.UsageError("--publish_every_n_steps, "
+                                 "--publish_every_seconds and "
+                                 "--publish_compact_at must be >= 0")
     if FLAGS.feature_spec:
         if FLAGS.model == "two_tower":
             raise app.UsageError("--feature_spec trains the ranking models "
@@ -260,6 +313,18 @@ def run() -> dict:
     maintenance = _lifecycle(model, checkpoints)
     if maintenance is not None:
         callbacks.append(maintenance)
+    publisher = _publisher()
+    if publisher is not None:
+        # After the Checkpoint callback: it publishes from the restored
+        # model. The base it publishes to must exist before fit.
+        base = updatable_export_of(FLAGS.export_dir)
+        if base is None:
+            if checkpoints is not None and tn.saving.latest_checkpoint(
+                    FLAGS.checkpoint_dir):
+                tn.saving.restore(model, FLAGS.checkpoint_dir)
+            base = export_and_check(model, spec)["path"]
+        print(f"tnet.train: publishing deltas to {base}", flush=True)
+        callbacks.append(publisher)
     callbacks.append(meter)
     if not distributed:
         callbacks.append(tf_keras.callbacks.TensorBoard(
@@ -302,6 +367,8 @@ def run() -> dict:
             "restored_step": checkpoints.restored_step,
             "last_saved_step": checkpoints.last_saved_step,
             "last_saved_path": checkpoints.last_saved_path}
+    if publisher is not None:
+        summary["published"] = publisher.published
     if FLAGS.export_dir:
         summary["export"] = export_and_check(model, spec)
     _write_summary(summary)
@@ -331,12 +398,13 @@ def export_and_check(model, spec, version: int | None = None,
     expected = model(features, training=False).numpy()[:256].reshape(-1)
     path = tn.saving.export_for_serving(model, version,
                                         quantize=FLAGS.quantize,
-                                        updatable=FLAGS.updatable_export)
+                                        updatable=(FLAGS.updatable_export
+                                                   or _publishing()))
     sample = {k: _serving_array(v)[:256] for k, v in features.items()}
     sample_path = _save_sample(__expected__=expected, **sample)
     tolerance = {None: 1e-5, "float16": 1e-3, "int8": 1e-2}[FLAGS.quantize]
     result = {"path": path, "quantize": FLAGS.quantize,
-              "updatable": FLAGS.updatable_export}
+              "updatable": FLAGS.updatable_export or _publishing()}
     result["checked_without_tnet"] = _run_checker(
         "check.py", path, sample_path, tolerance)
     return result

@@ -163,7 +163,17 @@ def run_days(strategy, distributed: bool, cli) -> dict:
         print(f"tnet.train: training day {day} ({data.train_rows} examples)",
               flush=True)
         start = time.perf_counter()
-        _fit_day(model, data, distributed)
+        publisher = None
+        if cli._publishing():
+            base = cli.updatable_export_of(FLAGS.export_dir)
+            if base is not None:  # the day before's export, kept fresh
+                publisher = cli._publisher()
+                print(f"tnet.train: day {day}: publishing deltas to {base}",
+                      flush=True)
+        _fit_day(model, data, distributed,
+                 [] if publisher is None else [publisher])
+        if publisher is not None:
+            record["published"] = publisher.published
         record["train_seconds"] = round(time.perf_counter() - start, 3)
         if maintenance is not None:
             record["evicted"] = maintenance.run(model, day_step(day))
@@ -202,15 +212,16 @@ def run_days(strategy, distributed: bool, cli) -> dict:
     return summary
 
 
-def _fit_day(model, data, distributed: bool) -> None:
+def _fit_day(model, data, distributed: bool, callbacks=()) -> None:
     verbose = 2 if (os.environ.get("CI") or distributed) else 1
     if distributed:
         steps = max(1, -(-data.train_rows // FLAGS.batch_size))
         model.fit(tf_keras.utils.experimental.DatasetCreator(
             lambda ctx: data.train(ctx, repeat=True)), epochs=1,
-            steps_per_epoch=steps, verbose=verbose)
+            steps_per_epoch=steps, verbose=verbose, callbacks=list(callbacks))
     else:
-        model.fit(data.train(), epochs=1, verbose=verbose)
+        model.fit(data.train(), epochs=1, verbose=verbose,
+                  callbacks=list(callbacks))
 
 
 def _ensure_export(cli, model, spec, day: str, state: dict, ckpt_dir: str) -> None:
