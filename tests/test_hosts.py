@@ -31,7 +31,8 @@ REPEAT = int(os.environ.get("TNET_HOSTS_REPEAT", "5"))
 CUT_SECONDS = float(os.environ.get("TNET_HOSTS_CUT_SECONDS", "20"))
 PORT = 2222
 STEPS = 100            # steps per epoch of hosts_train.py (25600 rows / 256)
-DETECT_BOUND = 15.0    # s from a cut to the chief's "Worker ... failed"
+DETECT_BOUND = 20.0    # s from a cut to the chief's "Worker ... failed"
+#                        (keepalive 5 + 5 s; measured 10.9-11.4, 15.5 loaded)
 END_BOUND = 15.0       # s from the end of fit to the chief's exit
 scenario = pytest.mark.skipif(
     os.environ.get("TNET_HOSTS_SCENARIOS") != "1",
