@@ -12,12 +12,19 @@ one tiny model over it. Measures, side by side in one run:
   the delta's bytes; ratio (publish + apply) / (export + load);
 * serving p50/p99 of serving_default at batch 1/64/512 on the plain export
   and on the updatable one with the overlay at 0%, 1% and 10% of the base
-  (10% = ten 1% deltas of distinct rows).
+  (10% = ten 1% deltas of distinct rows), the two called in turn call by
+  call, and the p99 ratios;
+* freshness: --fresh_samples times, one row changed on the trainer, then
+  publish_delta, the follower's step and serving_default polled until the
+  prediction changes (the pipeline); plus a wait drawn uniformly over the
+  publish period (60 s and 30 s: a periodic publisher's phase), p50/p99;
+* served memory: RSS of a fresh process that loads the export and
+  applies every delta (before / after, per overlay row).
 
 Writes JSON to bench/results/bench_fresh-<date>.json (or --out) with the
 command, machine and versions. Targets (issue 27): publish + apply of a
 1% delta <= 0.05x a full export + load; p99 with a 10% overlay <= 1.3x the
-plain export's.
+plain export's; freshness <= 60 s.
 """
 from __future__ import annotations
 
@@ -37,6 +44,7 @@ import tnet as tn  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tnet import feature_column as fc  # noqa: E402
+from tnet.saving import fresh  # noqa: E402
 from tnet.serving import follow  # noqa: E402
 from tools import _bench_common as common  # noqa: E402
 
@@ -70,20 +78,50 @@ def _fill(table, keys, step, rng):
             meta[s:e])
 
 
-def _latency(loaded, rows, rng, calls):
-    fn = loaded.signatures["serving_default"]
-    out = {}
+def _latency(models, rows, rng, calls):
+    """serving_default p50/p99 (ms) of each of `models` ({name: loaded}) at
+    batch 1/64/512, the models called in turn on the same ids, call by
+    call, so drift of the machine hits all of them alike."""
+    fns = {n: m.signatures["serving_default"] for n, m in models.items()}
+    out = {n: {} for n in models}
     for batch in (1, 64, 512):
         ids = tf.constant(rng.integers(0, rows, (calls, batch)), tf.int64)
-        fn(id=ids[0])
-        times = []
+        times = {n: [] for n in fns}
+        for fn in fns.values():
+            fn(id=ids[0])
         for i in range(calls):
-            t = time.perf_counter()
-            fn(id=ids[i])
-            times.append(time.perf_counter() - t)
-        out[str(batch)] = {"p50_ms": 1e3 * float(np.percentile(times, 50)),
-                           "p99_ms": 1e3 * float(np.percentile(times, 99))}
+            for n, fn in fns.items():
+                t = time.perf_counter()
+                fn(id=ids[i])
+                times[n].append(time.perf_counter() - t)
+        for n in fns:
+            out[n][str(batch)] = {
+                "p50_ms": 1e3 * float(np.percentile(times[n], 50)),
+                "p99_ms": 1e3 * float(np.percentile(times[n], 99))}
     return out
+
+
+def _served_rss(export, cwd):
+    """RSS of a fresh process that loads `export` and applies its deltas
+    (the follower's in-process target): before and after the deltas."""
+    code = (
+        "import json, sys, tensorflow as tf\n"
+        "sys.path.insert(0, %r)\n"
+        "from tools import _bench_common as bc\n"
+        "from tnet.serving import follow\n"
+        "loaded = tf.saved_model.load(%r)\n"
+        "bc.release_free_memory(); before = bc.rss_bytes()\n"
+        "follow.Follower(%r, [follow.InProcessTarget(loaded)],"
+        " say=lambda m: None).step()\n"
+        "bc.release_free_memory(); after = bc.rss_bytes()\n"
+        "print(json.dumps({'before': before, 'after': after}))\n"
+        % (os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+           export, export))
+    import subprocess  # noqa: PLC0415
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, env=env, cwd=cwd, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main():
@@ -91,6 +129,7 @@ def main():
     p.add_argument("--rows", type=int, default=10_000_000)
     p.add_argument("--changed", type=float, default=0.01)
     p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--fresh_samples", type=int, default=20)
     p.add_argument("--out", default=None)
     args = p.parse_args()
     rng = np.random.default_rng(0)
@@ -115,10 +154,9 @@ def main():
     res["load_s"] = time.perf_counter() - t
     target = follow.InProcessTarget(loaded)
     follower = follow.Follower(export, [target], say=lambda m: None)
-    res["latency"] = {"plain": _latency(tf.saved_model.load(plain),
-                                        args.rows, rng, args.calls),
-                      "overlay_0": _latency(loaded, args.rows, rng,
-                                            args.calls)}
+    plain_loaded = tf.saved_model.load(plain)
+    lat = _latency({"plain": plain_loaded, "overlay_0": loaded}, args.rows,
+                   rng, args.calls)
     per = int(args.rows * args.changed)
     order = rng.permutation(args.rows)
     deltas = []
@@ -135,18 +173,63 @@ def main():
         deltas.append({"publish_s": publish, "apply_s": apply,
                        "bytes": _dir_bytes(path)})
         if i == 0:
-            res["latency"]["overlay_1pct"] = _latency(loaded, args.rows, rng,
-                                                      args.calls)
-    res["latency"]["overlay_10pct"] = _latency(loaded, args.rows, rng,
-                                               args.calls)
+            lat["overlay_1pct"] = _latency(
+                {"plain": plain_loaded, "overlay": loaded}, args.rows, rng,
+                args.calls)
+    lat["overlay_10pct"] = _latency(
+        {"plain": plain_loaded, "overlay": loaded}, args.rows, rng,
+        args.calls)
+    res["latency"] = lat
+    res["p99_ratio_overlay_vs_plain"] = {
+        key: {b: lat[key]["overlay"][b]["p99_ms"]
+              / lat[key]["plain"][b]["p99_ms"] for b in ("1", "64", "512")}
+        for key in ("overlay_1pct", "overlay_10pct")}
     res["deltas"] = deltas
+    # Freshness: a row changed on the trainer until the target serves it.
+    # The publish period is not slept: a periodic publisher's wait for the
+    # next publish is uniform over the period, drawn here and added to the
+    # measured publish + apply + first changed prediction.
+    pipeline = []
+    probe = np.array([int(order[-1])], np.int64)  # never in a delta yet
+    fn = loaded.signatures["serving_default"]
+    for k in range(args.fresh_samples):
+        before = fn(id=tf.constant(probe))["prediction"].numpy()
+        step = int(model.optimizer.iterations.numpy())
+        t = time.perf_counter()
+        _fill(table, probe, step, rng)
+        model.optimizer.iterations.assign(step + 1)
+        tn.saving.publish_delta(model, export, compact_at=None)
+        follower.step()
+        while np.array_equal(fn(id=tf.constant(probe))["prediction"].numpy(),
+                             before):
+            time.sleep(0.001)
+        pipeline.append(time.perf_counter() - t)
+    res["freshness"] = {}
+    for period in (60.0, 30.0):
+        total = [p + w for p, w in zip(
+            pipeline, np.random.default_rng(1).uniform(0, period,
+                                                       len(pipeline)))]
+        res["freshness"][f"period_{period:g}s"] = {
+            "p50_s": float(np.percentile(total, 50)),
+            "p99_s": float(np.percentile(total, 99))}
+    res["freshness"]["pipeline_s"] = {
+        "p50": float(np.percentile(pipeline, 50)),
+        "p99": float(np.percentile(pipeline, 99)), "samples": len(pipeline)}
+    # Rows the overlay holds: the rows of the deltas (distinct but for the
+    # freshness probe's one key, published each sample).
+    overlay_rows = sum(
+        c["rows"] + c["deleted"] for v in fresh.list_deltas(export)
+        for c in fresh.read_manifest(export, v)["tables"].values())
+    overlay_rows -= max(0, args.fresh_samples - 1)
+    mem = _served_rss(export, work)
+    res["served_memory"] = dict(mem, overlay_rows=overlay_rows,
+                                bytes_per_overlay_row=(
+                                    (mem["after"] - mem["before"])
+                                    / max(1, overlay_rows)))
     first = deltas[0]
     res["ratio_publish_apply_vs_export_load"] = (
         (first["publish_s"] + first["apply_s"])
         / (res["export_s"] + res["load_s"]))
-    res["p99_ratio_overlay10_vs_plain_b512"] = (
-        res["latency"]["overlay_10pct"]["512"]["p99_ms"]
-        / res["latency"]["plain"]["512"]["p99_ms"])
     res["run"] = common.run_info()
     res["command"] = " ".join(sys.argv)
     out = args.out or common.default_out_path("bench_fresh")
