@@ -5,6 +5,10 @@
 // min-heap so new rows fill the lowest holes first; a chunk whose rows are
 // all free gives its memory back and is allocated again only when one of
 // its ids is reused. Not thread-safe: the owning stripe's lock guards it.
+//
+// With a disk tier (EnableTier) the ids stay, but a row's bytes live in the
+// tier's cache or on disk (row_tier.h): Row() may read the row from disk,
+// its pointer is valid until the next Trim(), and Compact() moves nothing.
 #ifndef TNET_OPS_TABLE_ROW_ARENA_H_
 #define TNET_OPS_TABLE_ROW_ARENA_H_
 
@@ -16,6 +20,8 @@
 #include <queue>
 #include <vector>
 
+#include "tnet_ops/table/row_tier.h"
+
 namespace tnet {
 
 class RowArena {
@@ -23,6 +29,23 @@ class RowArena {
   static constexpr uint32_t kRowsPerChunk = 256;
 
   explicit RowArena(size_t row_bytes) : row_bytes_(row_bytes) {}
+
+  // Moves the rows' bytes to a tier over `file` whose cache holds at most
+  // budget_rows rows between operations. Call before the first Allocate.
+  void EnableTier(TierFile* file, uint64_t budget_rows) {
+    tier_.reset(new RowTier(file, row_bytes_, budget_rows));
+  }
+  RowTier* tier() const { return tier_.get(); }
+  // Writes rows back until the tier's cache is within its budget (no-op
+  // without a tier). Invalidates pointers from Row().
+  void Trim() {
+    if (tier_) tier_->Trim();
+  }
+  // A row's bytes for reading, without moving it into the tier's cache:
+  // Row(id), or the row read into buf (row_bytes); nullptr on a read error.
+  const char* Peek(uint32_t row, char* buf) const {
+    return tier_ ? tier_->Peek(row, buf) : Row(row);
+  }
   ~RowArena() {
     for (char* c : chunks_) std::free(c);
   }
@@ -47,7 +70,12 @@ class RowArena {
       }
     }
     const uint32_t c = row / kRowsPerChunk;
-    if (chunks_[c] == nullptr) {
+    if (tier_) {
+      if (!tier_->Allocate(row)) {
+        free_.push(row);
+        return false;
+      }
+    } else if (chunks_[c] == nullptr) {
       chunks_[c] = static_cast<char*>(std::malloc(kRowsPerChunk * row_bytes_));
       if (chunks_[c] == nullptr) {
         free_.push(row);
@@ -65,6 +93,11 @@ class RowArena {
     const uint32_t c = row / kRowsPerChunk;
     live_bits_[row / 64] &= ~(uint64_t{1} << (row % 64));
     free_.push(row);
+    if (tier_) {
+      tier_->Free(row);
+      --live_in_chunk_[c];
+      return;
+    }
     if (--live_in_chunk_[c] == 0) {
       std::free(chunks_[c]);
       chunks_[c] = nullptr;
@@ -77,6 +110,7 @@ class RowArena {
   // chunks past the last live row. Addresses of moved rows change.
   template <typename Moved>
   bool Compact(Moved moved) {
+    if (tier_) return true;  // ids index the tier: nothing to move
     uint32_t lo = 0;
     uint32_t hi = next_;
     while (true) {
@@ -118,6 +152,7 @@ class RowArena {
   }
 
   char* Row(uint32_t row) const {
+    if (tier_) return tier_->Row(row);
     return chunks_[row / kRowsPerChunk] +
            static_cast<size_t>(row % kRowsPerChunk) * row_bytes_;
   }
@@ -132,7 +167,8 @@ class RowArena {
            chunks_.capacity() * sizeof(char*) +
            live_in_chunk_.capacity() * sizeof(uint32_t) +
            live_bits_.capacity() * sizeof(uint64_t) +
-           free_.size() * sizeof(uint32_t);
+           free_.size() * sizeof(uint32_t) +
+           (tier_ ? tier_->MemoryBytes() : 0);
   }
 
  private:
@@ -144,6 +180,7 @@ class RowArena {
       free_;
   uint32_t next_ = 0;
   uint64_t allocated_chunks_ = 0;
+  std::unique_ptr<RowTier> tier_;
 };
 
 }  // namespace tnet

@@ -40,6 +40,32 @@ TableShard::TableShard(const TableConfig& config)
     s->pending_cap = static_cast<size_t>(
         std::max<int64_t>(16, config.admission_capacity / n));
   }
+  if (config.memory_budget_bytes > 0) {
+    tier_file_ = TierFile::Create(config.storage_dir, row_bytes_, &tier_error_);
+    if (tier_file_) {
+      const uint64_t budget_rows = std::max<uint64_t>(
+          1, static_cast<uint64_t>(config.memory_budget_bytes) / row_bytes_ /
+                  static_cast<uint64_t>(n));
+      for (auto& s : stripes_) s->arena.EnableTier(tier_file_.get(), budget_rows);
+    }
+  }
+}
+
+std::string TableShard::TierError() const {
+  if (!tier_error_.empty()) return tier_error_;
+  for (const auto& s : stripes_) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    const RowTier* t = s->arena.tier();
+    if (t != nullptr && t->failed()) return t->error();
+  }
+  return std::string();
+}
+
+bool TableShard::EndStripeOp(Stripe* s) {
+  RowTier* t = s->arena.tier();
+  if (t == nullptr) return true;
+  t->Trim();
+  return !t->failed();
 }
 
 TableShard::~TableShard() = default;
@@ -67,6 +93,18 @@ TableStats TableShard::Stats() const {
   t.evicted = evicted_.load(std::memory_order_relaxed);
   t.pending_dropped = pending_dropped_.load(std::memory_order_relaxed);
   t.cap_evicted = cap_evicted_.load(std::memory_order_relaxed);
+  t.tier_lookups = tier_lookups_.load(std::memory_order_relaxed);
+  t.tier_misses = tier_misses_.load(std::memory_order_relaxed);
+  if (tier_file_) {
+    for (const auto& s : stripes_) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      const TierStats ts = s->arena.tier()->Stats();
+      t.tier_resident += ts.resident;
+      t.tier_on_disk += ts.on_disk;
+      t.tier_writebacks += ts.writebacks;
+    }
+    t.tier_disk_bytes = static_cast<int64_t>(tier_file_->bytes());
+  }
   return t;
 }
 
@@ -148,6 +186,7 @@ void TableShard::ImportPending(const int64_t* keys, const float* counts,
     if (s->index.Find(keys[i], h, [&arena](uint32_t r) {
           return KeyOf(arena.Row(r));
         }) != HashIndex::kNotFound) {
+      s->arena.Trim();
       continue;  // the key has a row: nothing waits for it
     }
     const uint32_t tick = s->tick - static_cast<uint32_t>(ages[i]);
@@ -295,9 +334,12 @@ int64_t TableShard::EnforceCap(Stripe* s) {
   std::vector<Victim> rows;
   rows.reserve(s->index.size());
   const uint32_t last = s->arena.end();
+  std::vector<char> buf(row_bytes_);
   for (uint32_t r = 0; r < last; ++r) {
     if (!s->arena.IsLive(r)) continue;
-    const RowMeta m = MetaOf(s->arena.Row(r));
+    const char* row = s->arena.Peek(r, buf.data());
+    if (row == nullptr) return 0;  // the tier failed; the op reports it
+    const RowMeta m = MetaOf(row);
     rows.push_back({m.show, m.last_step, r});
   }
   auto colder = [](const Victim& a, const Victim& b) {
@@ -309,7 +351,9 @@ int64_t TableShard::EnforceCap(Stripe* s) {
                    colder);
   for (uint64_t i = 0; i < n_free; ++i) {
     const uint32_t r = rows[i].row;
-    const int64_t key = KeyOf(s->arena.Row(r));
+    const char* row = s->arena.Peek(r, buf.data());
+    if (row == nullptr) return 0;
+    const int64_t key = KeyOf(row);
     LogDeleted(s, key);
     s->index.EraseRow(Mix64(static_cast<uint64_t>(key)), r);
     s->arena.Free(r);
@@ -405,6 +449,7 @@ bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
           Stripe* s = stripes_[si].get();
           std::lock_guard<std::mutex> lock(s->mu);
           const RowArena& arena = s->arena;
+          const int64_t misses0 = arena.tier() ? arena.tier()->misses() : 0;
           constexpr int64_t D = kPrefetchDistance;
           for (int64_t k = -2 * D; k < m; ++k) {
             if (k + 2 * D < m) {
@@ -446,6 +491,12 @@ bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
             }
           }
           if (training) EnforceCap(s);
+          if (RowTier* t = s->arena.tier()) {
+            tier_lookups_.fetch_add(m, std::memory_order_relaxed);
+            tier_misses_.fetch_add(t->misses() - misses0,
+                                   std::memory_order_relaxed);
+          }
+          if (!EndStripeOp(s)) ok = false;
         }
         if (!ok) all_ok = false;
       });
@@ -525,6 +576,7 @@ bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
           Stripe* s = stripes_[si].get();
           std::lock_guard<std::mutex> lock(s->mu);
           const RowArena& arena = s->arena;
+          const int64_t misses0 = arena.tier() ? arena.tier()->misses() : 0;
           const int64_t ng = static_cast<int64_t>(groups.size());
           constexpr int64_t D = kPrefetchDistance;
           for (int64_t k = -2 * D; k < ng; ++k) {
@@ -574,6 +626,12 @@ bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
             SetMeta(row, meta);
           }
           EnforceCap(s);
+          if (RowTier* t = s->arena.tier()) {
+            tier_lookups_.fetch_add(ng, std::memory_order_relaxed);
+            tier_misses_.fetch_add(t->misses() - misses0,
+                                   std::memory_order_relaxed);
+          }
+          if (!EndStripeOp(s)) ok = false;
         }
         if (!ok) all_ok = false;
       });

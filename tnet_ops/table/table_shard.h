@@ -40,6 +40,11 @@ struct TableConfig {
   float min_count = 1.0f;
   int64_t admission_capacity = 1 << 20;  // pending keys per shard
   int64_t max_rows = 0;                  // per shard; 0 = unbounded
+  // Disk tier (row_tier.h): > 0 keeps at most this many bytes of rows
+  // (weights + slots + meta) in memory per shard and the rest in a file in
+  // storage_dir; 0 holds every row in memory.
+  int64_t memory_budget_bytes = 0;
+  std::string storage_dir;
 };
 
 // Runs fn(begin, end) over [0, n) work items, possibly in parallel; `cost`
@@ -81,6 +86,13 @@ struct TableStats {
   int64_t pending = 0;          // keys counted towards admission now
   int64_t pending_dropped = 0;  // pending counts dropped when the map was full
   int64_t cap_evicted = 0;      // the part of `evicted` freed by the row cap
+  // Disk tier (all 0 without one):
+  int64_t tier_lookups = 0;     // rows pulled or pushed through the tier
+  int64_t tier_misses = 0;      // the part of them read from disk
+  int64_t tier_resident = 0;    // rows in the memory cache now
+  int64_t tier_on_disk = 0;     // rows only on disk now
+  int64_t tier_disk_bytes = 0;  // size of the tier's file
+  int64_t tier_writebacks = 0;  // rows written back to disk
 };
 
 class TableShard {
@@ -94,6 +106,9 @@ class TableShard {
   int64_t Size() const { return size_.load(std::memory_order_relaxed); }
   int64_t MemoryBytes() const;
   TableStats Stats() const;
+  // Empty, or why the disk tier could not be created or failed (an I/O
+  // error); once it failed, operations report failure (return false).
+  std::string TierError() const;
 
   // Admission (min_count > 1): a key gets a row only once pushes have
   // brought its show count (the `shows` input, or 1 per occurrence) to
@@ -140,7 +155,8 @@ class TableShard {
   // returned exactly once. since_step >= 0 returns only rows whose
   // last_step > since_step (the others are skipped without counting against
   // max_rows); -1 returns every row. slots and meta may be null (a
-  // weights-only export).
+  // weights-only export). Returns -2 if the disk tier failed (TierError()).
+  // Rows on disk are read without entering the tier's cache.
   int64_t Export(int64_t cursor, int64_t max_rows, int64_t since_step,
                  std::vector<int64_t>* keys, std::vector<float>* weights,
                  std::vector<float>* slots, std::vector<RowMeta>* meta) const;
@@ -286,7 +302,15 @@ class TableShard {
                     float lr, int64_t step, const float* shows,
                     const float* clicks, bool unique_keys, const ParallelRunner& run);
 
+  // Ends a locked stripe operation: trims the tier's cache to its budget;
+  // false if the tier failed. Caller holds s's lock.
+  bool EndStripeOp(Stripe* s);
+
   const TableConfig config_;
+  std::unique_ptr<TierFile> tier_file_;
+  std::string tier_error_;
+  std::atomic<int64_t> tier_lookups_{0};
+  std::atomic<int64_t> tier_misses_{0};
   const int num_slots_;
   const size_t row_bytes_;
   const size_t meta_offset_;

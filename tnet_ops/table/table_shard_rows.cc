@@ -39,15 +39,18 @@ int64_t TableShard::Export(int64_t cursor, int64_t max_rows,
     Stripe* s = stripes_[si].get();
     std::lock_guard<std::mutex> lock(s->mu);
     const uint64_t end = s->arena.end();
+    // Rows on disk are read without entering the tier's cache.
+    std::vector<char> buf(row_bytes_);
     for (; r < end && budget > 0; ++r) {
       if (!s->arena.IsLive(static_cast<uint32_t>(r))) continue;
-      char* row = s->arena.Row(static_cast<uint32_t>(r));
+      const char* row = s->arena.Peek(static_cast<uint32_t>(r), buf.data());
+      if (row == nullptr) return -2;  // the tier failed (TierError())
       if (since_step >= 0 && MetaOf(row).last_step <= since_step) continue;
       keys->push_back(KeyOf(row));
-      const float* w = WeightsOf(row);
+      const float* w = WeightsOf(const_cast<char*>(row));
       weights->insert(weights->end(), w, w + dim);
       if (slots != nullptr) {
-        const float* sl = SlotsOf(row);
+        const float* sl = SlotsOf(const_cast<char*>(row));
         slots->insert(slots->end(), sl, sl + num_slots_);
       }
       if (meta != nullptr) meta->push_back(MetaOf(row));
@@ -100,6 +103,7 @@ bool TableShard::Import(const int64_t* keys, int64_t n, const float* weights,
             SetMeta(row, meta[i]);
           }
           EnforceCap(s);
+          if (!EndStripeOp(s)) ok = false;
         }
         if (!ok) all_ok = false;
       });
@@ -120,6 +124,9 @@ EvictStats TableShard::Evict(float show_decay_rate, float show_threshold,
           const uint32_t last = s->arena.end();
           for (uint32_t r = 0; r < last; ++r) {
             if (!s->arena.IsLive(r)) continue;
+            // With a disk tier, rows pass through the cache: keep it near
+            // its budget (no row pointer is held across iterations).
+            if ((r & 1023) == 0) s->arena.Trim();
             char* row = s->arena.Row(r);
             RowMeta m = MetaOf(row);
             const float old_show = m.show;
@@ -141,6 +148,7 @@ EvictStats TableShard::Evict(float show_decay_rate, float show_threshold,
             s->arena.Free(r);
             ++freed;
           }
+          s->arena.Trim();
           if (freed > 0 && compact) {
             s->arena.Compact([&](uint32_t from, uint32_t to) {
               const int64_t key = KeyOf(s->arena.Row(to));

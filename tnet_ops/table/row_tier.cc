@@ -1,0 +1,278 @@
+#include "tnet_ops/table/row_tier.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace tnet {
+
+std::unique_ptr<TierFile> TierFile::Create(const std::string& dir,
+                                           size_t record_bytes,
+                                           std::string* error) {
+  std::string path = (dir.empty() ? std::string(".") : dir) +
+                     "/tnet-tier-XXXXXX";
+  std::vector<char> name(path.begin(), path.end());
+  name.push_back('\0');
+  const int fd = mkstemp(name.data());
+  if (fd < 0) {
+    *error = "cannot create a file in storage_dir '" + dir +
+             "': " + std::strerror(errno) +
+             " (give a writable local directory)";
+    return nullptr;
+  }
+  // Unlinked at once: the records live as long as this process.
+  unlink(name.data());
+  return std::unique_ptr<TierFile>(new TierFile(fd, record_bytes, dir));
+}
+
+TierFile::~TierFile() { close(fd_); }
+
+uint64_t TierFile::NewExtent() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return extents_.fetch_add(1, std::memory_order_relaxed) * kExtentRecords;
+}
+
+bool TierFile::Read(uint64_t record, char* dst, uint64_t n_records) const {
+  size_t left = n_records * record_bytes_;
+  off_t at = static_cast<off_t>(record * record_bytes_);
+  while (left > 0) {
+    const ssize_t got = pread(fd_, dst, left, at);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    dst += got;
+    at += got;
+    left -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+bool TierFile::Write(uint64_t record, const char* src,
+                     uint64_t n_records) const {
+  size_t left = n_records * record_bytes_;
+  off_t at = static_cast<off_t>(record * record_bytes_);
+  while (left > 0) {
+    const ssize_t put = pwrite(fd_, src, left, at);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) return false;
+    src += put;
+    at += put;
+    left -= static_cast<size_t>(put);
+  }
+  return true;
+}
+
+RowTier::RowTier(TierFile* file, size_t row_bytes, uint64_t budget_rows)
+    : file_(file),
+      row_bytes_(row_bytes),
+      budget_rows_(std::max<uint64_t>(1, budget_rows)),
+      scratch_(row_bytes, 0) {}
+
+RowTier::~RowTier() {
+  for (char* c : chunks_) std::free(c);
+}
+
+void RowTier::Fail(const char* what) {
+  if (error_.empty()) {
+    error_ = std::string("the table's disk tier (storage_dir '") +
+             file_->dir() + "') failed to " + what + ": " +
+             std::strerror(errno);
+  }
+}
+
+bool RowTier::TakeSlot(uint32_t* slot) {
+  if (!free_slots_.empty()) {
+    *slot = free_slots_.back();
+    free_slots_.pop_back();
+    return true;
+  }
+  const size_t n = id_of_.size();
+  if (n >= kNone - 1) return false;
+  if (n % kSlotsPerChunk == 0) {
+    char* c = static_cast<char*>(std::malloc(kSlotsPerChunk * row_bytes_));
+    if (c == nullptr) return false;
+    chunks_.push_back(c);
+  }
+  id_of_.push_back(kNone);
+  referenced_.push_back(0);
+  *slot = static_cast<uint32_t>(n);
+  return true;
+}
+
+uint32_t RowTier::NewRecord() {
+  if (!free_records_.empty()) {
+    const uint32_t r = free_records_.back();
+    free_records_.pop_back();
+    return r;
+  }
+  const uint32_t r = next_record_++;
+  if (r % TierFile::kExtentRecords == 0) extents_.push_back(file_->NewExtent());
+  return r;
+}
+
+bool RowTier::Allocate(uint32_t id) {
+  if (id >= slot_of_.size()) {
+    slot_of_.resize(id + 1, kNone);
+    record_of_.resize(id + 1, kNone);
+  }
+  uint32_t slot;
+  if (!TakeSlot(&slot)) return false;
+  slot_of_[id] = slot;
+  record_of_[id] = kNone;
+  id_of_[slot] = id;
+  referenced_[slot] = 1;
+  ++resident_;
+  return true;
+}
+
+void RowTier::Free(uint32_t id) {
+  const uint32_t slot = slot_of_[id];
+  if (slot != kNone) {
+    id_of_[slot] = kNone;
+    referenced_[slot] = 0;
+    free_slots_.push_back(slot);
+    --resident_;
+    slot_of_[id] = kNone;
+  } else if (record_of_[id] != kNone) {
+    --on_disk_;
+  }
+  if (record_of_[id] != kNone) {
+    free_records_.push_back(record_of_[id]);
+    record_of_[id] = kNone;
+  }
+}
+
+char* RowTier::Row(uint32_t id) {
+  const uint32_t slot = slot_of_[id];
+  if (slot != kNone) {
+    referenced_[slot] = 1;
+    return Slot(slot);
+  }
+  ++misses_;
+  uint32_t s;
+  if (!TakeSlot(&s)) {
+    errno = ENOMEM;
+    Fail("hold a row in memory");
+    std::memset(scratch_.data(), 0, row_bytes_);
+    return scratch_.data();
+  }
+  if (record_of_[id] == kNone ||
+      !file_->Read(GlobalRecord(record_of_[id]), Slot(s), 1)) {
+    if (record_of_[id] == kNone) errno = EINVAL;
+    Fail("read a row");
+    free_slots_.push_back(s);
+    std::memset(scratch_.data(), 0, row_bytes_);
+    return scratch_.data();
+  }
+  slot_of_[id] = s;
+  id_of_[s] = id;
+  referenced_[s] = 1;
+  ++resident_;
+  --on_disk_;
+  return Slot(s);
+}
+
+const char* RowTier::Peek(uint32_t id, char* buf) {
+  const uint32_t slot = slot_of_[id];
+  if (slot != kNone) return Slot(slot);
+  if (record_of_[id] == kNone ||
+      !file_->Read(GlobalRecord(record_of_[id]), buf, 1)) {
+    Fail("read a row");
+    return nullptr;
+  }
+  return buf;
+}
+
+void RowTier::Trim() {
+  if (resident_ <= budget_rows_) return;
+  const uint64_t need = resident_ - budget_rows_;
+  const uint32_t n = static_cast<uint32_t>(id_of_.size());
+  std::vector<uint32_t> victims;  // slots
+  victims.reserve(need);
+  // Two sweeps at most: the first clears every reference bit it passes.
+  for (uint64_t scanned = 0; victims.size() < need && scanned < 2ull * n + 1;
+       ++scanned) {
+    if (hand_ >= n) hand_ = 0;
+    const uint32_t slot = hand_++;
+    if (id_of_[slot] == kNone || referenced_[slot] == 2) continue;
+    if (referenced_[slot] == 1) {
+      referenced_[slot] = 0;
+      continue;
+    }
+    referenced_[slot] = 2;  // picked
+    victims.push_back(slot);
+  }
+  for (uint32_t slot : victims) {
+    const uint32_t id = id_of_[slot];
+    if (record_of_[id] == kNone) record_of_[id] = NewRecord();
+  }
+  auto global = [&](uint32_t slot) {
+    return GlobalRecord(record_of_[id_of_[slot]]);
+  };
+  std::sort(victims.begin(), victims.end(),
+            [&](uint32_t a, uint32_t b) { return global(a) < global(b); });
+  // Runs of consecutive records go out in one write.
+  size_t i = 0;
+  bool ok = true;
+  while (i < victims.size() && ok) {
+    size_t j = i + 1;
+    while (j < victims.size() && global(victims[j]) == global(victims[j - 1]) + 1) {
+      ++j;
+    }
+    if (j - i == 1) {
+      ok = file_->Write(global(victims[i]), Slot(victims[i]), 1);
+    } else {
+      staging_.resize((j - i) * row_bytes_);
+      for (size_t k = i; k < j; ++k) {
+        std::memcpy(staging_.data() + (k - i) * row_bytes_, Slot(victims[k]),
+                    row_bytes_);
+      }
+      ok = file_->Write(global(victims[i]), staging_.data(), j - i);
+    }
+    if (!ok) break;
+    for (size_t k = i; k < j; ++k) {
+      const uint32_t slot = victims[k];
+      slot_of_[id_of_[slot]] = kNone;
+      id_of_[slot] = kNone;
+      referenced_[slot] = 0;
+      free_slots_.push_back(slot);
+      --resident_;
+      ++on_disk_;
+      ++writebacks_;
+    }
+    i = j;
+  }
+  if (!ok) {
+    Fail("write rows back");
+    for (size_t k = i; k < victims.size(); ++k) referenced_[victims[k]] = 0;
+  }
+  if (staging_.capacity() > (size_t{1} << 24)) std::vector<char>().swap(staging_);
+}
+
+TierStats RowTier::Stats() const {
+  TierStats t;
+  t.misses = misses_;
+  t.resident = static_cast<int64_t>(resident_);
+  t.on_disk = on_disk_;
+  t.records = static_cast<int64_t>(next_record_) -
+              static_cast<int64_t>(free_records_.size());
+  t.writebacks = writebacks_;
+  t.cache_bytes = static_cast<int64_t>(chunks_.size() * kSlotsPerChunk *
+                                       row_bytes_);
+  return t;
+}
+
+uint64_t RowTier::MemoryBytes() const {
+  return chunks_.size() * kSlotsPerChunk * row_bytes_ +
+         chunks_.capacity() * sizeof(char*) +
+         (slot_of_.capacity() + record_of_.capacity() + id_of_.capacity() +
+          free_slots_.capacity() + free_records_.capacity()) *
+             sizeof(uint32_t) +
+         referenced_.capacity() + extents_.capacity() * sizeof(uint64_t) +
+         staging_.capacity() + scratch_.capacity();
+}
+
+}  // namespace tnet
