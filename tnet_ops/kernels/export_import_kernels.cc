@@ -58,6 +58,10 @@ class SparseTableExportOp : public tf::OpKernel {
     const int64_t next = table->Export(
         cursor, max_rows, since_step, &keys, &weights,
         weights_only_ ? nullptr : &slots, weights_only_ ? nullptr : &meta);
+    if (next == -2) {
+      ctx->SetStatus(TableFailure(table, "exporting rows"));
+      return;
+    }
     const int64_t n = static_cast<int64_t>(keys.size());
     const int64_t s = weights_only_ ? 0 : table->num_slots();
     tf::Tensor *k_out, *w_out, *s_out, *m_out, *c_out;
@@ -150,9 +154,10 @@ class SparseTableImportOp : public tf::OpKernel {
                                   weights.flat<float>().data(),
                                   slots.flat<float>().data(), rows.data(),
                                   MakeRunner(ctx));
-    OP_REQUIRES(ctx, ok,
-                tf::errors::ResourceExhausted(
-                    "sparse table is out of memory while importing rows"));
+    if (!ok) {
+      ctx->SetStatus(TableFailure(table, "importing rows"));
+      return;
+    }
   }
 
  private:

@@ -48,6 +48,18 @@ class SparseTableHandleOp : public tf::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("admission_capacity",
                                      &config_.admission_capacity));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("max_rows", &config_.max_rows));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("memory_budget_bytes",
+                                     &config_.memory_budget_bytes));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("storage_dir", &config_.storage_dir));
+    OP_REQUIRES(ctx, config_.memory_budget_bytes >= 0,
+                tf::errors::InvalidArgument(
+                    "memory_budget_bytes must be >= 0 (0: every row in "
+                    "memory), got ", config_.memory_budget_bytes));
+    OP_REQUIRES(ctx,
+                config_.memory_budget_bytes == 0 || !config_.storage_dir.empty(),
+                tf::errors::InvalidArgument(
+                    "memory_budget_bytes > 0 needs storage_dir, a writable "
+                    "local directory for the rows that do not fit"));
     OP_REQUIRES(ctx, std::isfinite(config_.min_count) && config_.min_count >= 0,
                 tf::errors::InvalidArgument(
                     "min_count must be finite and >= 0 (1 admits every key), "
@@ -160,7 +172,13 @@ class SparseTableHandleOp : public tf::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->resource_manager()->LookupOrCreate<TableResource>(
                             container, name, &res,
                             [this](TableResource** out) {
-                              *out = new TableResource(config_);
+                              auto* r = new TableResource(config_);
+                              const std::string e = r->table()->TierError();
+                              if (!e.empty()) {
+                                r->Unref();
+                                return tf::errors::InvalidArgument(e);
+                              }
+                              *out = r;
                               return tf::OkStatus();
                             }));
     tf::core::ScopedUnref unref(res);

@@ -41,13 +41,14 @@ class SparseTableMemoryBytesOp : public tf::OpKernel {
 
 class SparseTableStatsOp : public tf::OpKernel {
  public:
+  static constexpr int kNumStats = 14;
   using tf::OpKernel::OpKernel;
   void Compute(tf::OpKernelContext* ctx) override {
     tf::core::RefCountPtr<TableResource> res;
     OP_REQUIRES_OK(ctx, LookupTable(ctx, 0, /*expected_dim=*/-1, &res));
     const TableStats t = res->table()->Stats();
     tf::Tensor* out;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {8}, &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {kNumStats}, &out));
     auto v = out->vec<int64_t>();
     v(0) = t.rows;
     v(1) = t.admitted;
@@ -57,6 +58,12 @@ class SparseTableStatsOp : public tf::OpKernel {
     v(5) = t.pending;
     v(6) = t.pending_dropped;
     v(7) = t.cap_evicted;
+    v(8) = t.tier_lookups;
+    v(9) = t.tier_misses;
+    v(10) = t.tier_resident;
+    v(11) = t.tier_on_disk;
+    v(12) = t.tier_disk_bytes;
+    v(13) = t.tier_writebacks;
   }
 };
 
@@ -130,6 +137,9 @@ class SparseTableEvictOp : public tf::OpKernel {
     const EvictStats stats =
         res->table()->Evict(decay, threshold, ttl, step, compact_,
                             MakeRunner(ctx));
+    OP_REQUIRES(ctx, res->table()->TierError().empty(),
+                tf::errors::Unavailable(res->table()->TierError(),
+                                        " while evicting rows"));
     tf::Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {}, &out));
     out->scalar<int64_t>()() = stats.evicted;

@@ -38,9 +38,10 @@ class SparseTablePullOp : public tf::OpKernel {
     const bool ok = res->table()->Pull(keys.flat<int64_t>().data(), n,
                                        training, out->flat<float>().data(),
                                        MakeRunner(ctx));
-    OP_REQUIRES(ctx, ok,
-                tf::errors::ResourceExhausted(
-                    "sparse table is out of memory while inserting rows"));
+    if (!ok) {
+      ctx->SetStatus(TableFailure(res->table(), "inserting rows"));
+      return;
+    }
   }
 
  private:
@@ -110,9 +111,10 @@ class SparseTablePushOp : public tf::OpKernel {
     const bool ok = res->table()->Push(keys.flat<int64_t>().data(), n, g, lr,
                                        step, counts[0], counts[1],
                                        MakeRunner(ctx), unique_keys_);
-    OP_REQUIRES(ctx, ok,
-                tf::errors::ResourceExhausted(
-                    "sparse table is out of memory while inserting rows"));
+    if (!ok) {
+      ctx->SetStatus(TableFailure(res->table(), "inserting rows"));
+      return;
+    }
   }
 
  private:

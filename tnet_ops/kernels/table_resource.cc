@@ -14,6 +14,16 @@ std::string TableResource::DebugString() const {
                              ", rows=", table_.Size(), ")");
 }
 
+tf::Status TableFailure(TableShard* table, const char* doing) {
+  const std::string tier = table->TierError();
+  if (!tier.empty()) {
+    return tf::errors::Unavailable(tier, " while ", doing,
+                                   "; restore the table from its checkpoint");
+  }
+  return tf::errors::ResourceExhausted("sparse table is out of memory while ",
+                                       doing);
+}
+
 tf::Status LookupTable(tf::OpKernelContext* ctx, int index,
                        int64_t expected_dim,
                        tf::core::RefCountPtr<TableResource>* out) {

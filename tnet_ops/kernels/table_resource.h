@@ -36,6 +36,11 @@ class TableResource : public ::tensorflow::ResourceBase {
 ::tensorflow::Status GetDimAttr(::tensorflow::OpKernelConstruction* ctx,
                                 int64_t* dim);
 
+// The error of a table operation that returned false: the disk tier's
+// failure if it failed, else ResourceExhausted("... out of memory while
+// <doing>").
+::tensorflow::Status TableFailure(TableShard* table, const char* doing);
+
 // Runs work on the op's CPU worker pool.
 ParallelRunner MakeRunner(::tensorflow::OpKernelContext* ctx);
 

@@ -63,6 +63,8 @@ REGISTER_OP("SparseTableHandle")
     .Attr("min_count: float = 1.0")
     .Attr("admission_capacity: int = 1048576")
     .Attr("max_rows: int = 0")
+    .Attr("memory_budget_bytes: int = 0")
+    .Attr("storage_dir: string = ''")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) -> Status {
       int64_t dim;
@@ -84,6 +86,10 @@ admission_capacity: keys whose counts the shard keeps while they wait for
   admission (split over stripes; a full stripe drops its lower-count half).
 max_rows: rows this shard may hold (0: unbounded); beyond it the lowest-show
   rows are freed. Must be 0 or >= num_stripes.
+memory_budget_bytes: > 0 gives the shard a disk tier: at most this many bytes
+  of rows (weights, slots, meta) stay in memory between operations, the rest
+  live in an unlinked file in storage_dir (row_tier.h). 0: all in memory.
+storage_dir: a writable local directory; required with memory_budget_bytes.
 )doc");
 
 REGISTER_OP("SparseTablePull")
@@ -160,12 +166,14 @@ REGISTER_OP("SparseTableStats")
     .Output("stats: int64")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) -> Status {
-      c->set_output(0, c->Vector(8));
+      c->set_output(0, c->Vector(14));
       return ::tensorflow::OkStatus();
     })
     .Doc(R"doc(
 Lifecycle counters of one shard: [rows, admitted, rejected, evicted, bytes,
-pending, pending_dropped, cap_evicted] (see TableShard::Stats).
+pending, pending_dropped, cap_evicted, tier_lookups, tier_misses,
+tier_resident, tier_on_disk, tier_disk_bytes, tier_writebacks], as in
+the C++ table's Stats(); the tier's are 0 without a disk tier.
 )doc");
 
 REGISTER_OP("SparseTableExportPending")
