@@ -69,6 +69,8 @@ class EmbeddingColumn:
     min_count / max_rows: the table's admission threshold and row cap (see
       tn.SparseTable); None leaves them to the layer's defaults. Columns
       sharing a table must agree.
+    memory_budget_bytes / storage_dir: the table's disk tier (see
+      tn.SparseTable); None: the layer's default (all rows in memory).
     """
 
     categorical_column: CategoryColumn
@@ -78,6 +80,8 @@ class EmbeddingColumn:
     initializer: Any = None
     min_count: Optional[float] = None
     max_rows: Optional[int] = None
+    memory_budget_bytes: Optional[int] = None
+    storage_dir: Optional[str] = None
 
     @property
     def name(self) -> str:
@@ -128,7 +132,9 @@ def embedding_column(categorical_column: CategoryColumn, dimension: int,
                      combiner: str = "mean", table: Optional[str] = None,
                      initializer: Any = None,
                      min_count: Optional[float] = None,
-                     max_rows: Optional[int] = None) -> EmbeddingColumn:
+                     max_rows: Optional[int] = None,
+                     memory_budget_bytes: Optional[int] = None,
+                     storage_dir: Optional[str] = None) -> EmbeddingColumn:
     """Embeds `categorical_column`; see EmbeddingColumn."""
     if not isinstance(categorical_column, CategoryColumn):
         raise TypeError("embedding_column needs a tn.feature_column."
@@ -154,8 +160,20 @@ def embedding_column(categorical_column: CategoryColumn, dimension: int,
                                  or max_rows < 1):
         raise ValueError(f"embedding_column {name!r}: max_rows must be a "
                          f"positive int or None, got {max_rows!r}")
+    if memory_budget_bytes is not None and (
+            isinstance(memory_budget_bytes, bool)
+            or not isinstance(memory_budget_bytes, int)
+            or memory_budget_bytes < 1):
+        raise ValueError(f"embedding_column {name!r}: memory_budget_bytes "
+                         "must be a positive int or None, got "
+                         f"{memory_budget_bytes!r}")
+    if storage_dir is not None and (not isinstance(storage_dir, str)
+                                    or not storage_dir):
+        raise ValueError(f"embedding_column {name!r}: storage_dir must be a "
+                         f"directory path or None, got {storage_dir!r}")
     return EmbeddingColumn(categorical_column, dimension, combiner, table,
-                           initializer, min_count, max_rows)
+                           initializer, min_count, max_rows,
+                           memory_budget_bytes, storage_dir)
 
 
 def column_salt(column_name: str) -> int:

@@ -30,6 +30,8 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import os
+import tempfile
 from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
@@ -41,9 +43,16 @@ from tnet.optimizer import keras as keras_opt
 
 _INT64_MAX = 2**63 - 1
 
+# Tests only: bytes of rows per shard in memory for every table created
+# without memory_budget_bytes (a disk tier in the temp directory), so the
+# table and optimizer tests run against the tier too (`make test-tier`).
+TEST_TIER_ENV = "TNET_TEST_TIER_BYTES"
+
 # Columns of the sparse_table_stats op, in order.
 STATS_FIELDS = ("rows", "admitted", "rejected", "evicted", "bytes", "pending",
-                "pending_dropped", "cap_evicted")
+                "pending_dropped", "cap_evicted", "tier_lookups",
+                "tier_misses", "tier_resident", "tier_on_disk",
+                "tier_disk_bytes", "tier_writebacks")
 
 
 _INIT_ALIASES = {
@@ -232,6 +241,12 @@ class SparseTable(tf.Module):
         for admission (only with min_count > 1). About 40 bytes per key.
       max_rows: most rows the table may hold (split over shards exactly);
         None: unbounded.
+      memory_budget_bytes: with a disk tier, the bytes of rows (weights,
+        slots and meta) the table keeps in memory, split over shards; the
+        other rows live in a file in `storage_dir` on each shard's host.
+        None: every row in memory. See README "Tables larger than memory".
+      storage_dir: a writable local directory for the tier (required with
+        memory_budget_bytes; on a cluster, a path on every ps host).
     """
 
     def __init__(self, name: str, dim: int, optimizer: Any = None,
@@ -239,7 +254,9 @@ class SparseTable(tf.Module):
                  devices: Sequence[str] | None = None, seed: int = 0,
                  num_stripes: int = 64, min_count: float = 1,
                  admission_capacity: int = 1 << 20,
-                 max_rows: int | None = None):
+                 max_rows: int | None = None,
+                 memory_budget_bytes: int | None = None,
+                 storage_dir: str | None = None):
         super().__init__(name=name)
         if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
             raise ValueError(f"SparseTable {name!r}: dim must be a positive "
@@ -254,6 +271,13 @@ class SparseTable(tf.Module):
                 f"{num_shards} shards; pass one device per shard")
         _check_lifecycle(name, min_count, admission_capacity, max_rows,
                          num_shards)
+        if memory_budget_bytes is None and os.environ.get(TEST_TIER_ENV):
+            # Test hook (`make test-tier`): every table gets a disk tier.
+            memory_budget_bytes = int(os.environ[TEST_TIER_ENV]) * num_shards
+            storage_dir = tempfile.gettempdir()
+        _check_tier(name, memory_budget_bytes, storage_dir, num_shards)
+        self.memory_budget_bytes = memory_budget_bytes or None
+        self.storage_dir = storage_dir if memory_budget_bytes else None
         self.table_name = name
         self.dim = dim
         self.num_shards = num_shards
@@ -273,6 +297,10 @@ class SparseTable(tf.Module):
             cap = self.shard_max_rows(i)
             shard_attrs["max_rows"] = cap
             shard_attrs["num_stripes"] = _stripes_for(num_stripes, cap)
+            if self.memory_budget_bytes:
+                shard_attrs["memory_budget_bytes"] = (
+                    self.memory_budget_bytes // num_shards)
+                shard_attrs["storage_dir"] = self.storage_dir
             shared = f"tnet/{name}/shard{i}/{next(_UIDS)}"
             with tf.device(device):
                 self.shards.append(_TableShard(shared, dim, shard_attrs))
@@ -627,6 +655,24 @@ class SparseTable(tf.Module):
                 tf.cast(ttl_steps, tf.int64),
                 tf.cast(current_step, tf.int64), compact=compact))
         return tf.add_n(counts)
+
+
+def _check_tier(name, memory_budget_bytes, storage_dir, num_shards):
+    if memory_budget_bytes is None:
+        if storage_dir is not None:
+            raise ValueError(f"SparseTable {name!r}: storage_dir is only used "
+                             "with memory_budget_bytes; pass both")
+        return
+    if (isinstance(memory_budget_bytes, bool)
+            or not isinstance(memory_budget_bytes, int)
+            or memory_budget_bytes < num_shards):
+        raise ValueError(f"SparseTable {name!r}: memory_budget_bytes must be "
+                         f"a positive int (bytes of rows kept in memory), got "
+                         f"{memory_budget_bytes!r}")
+    if not isinstance(storage_dir, str) or not storage_dir:
+        raise ValueError(f"SparseTable {name!r}: memory_budget_bytes needs "
+                         "storage_dir, a writable local directory for the "
+                         "rows that do not fit in memory")
 
 
 def _check_lifecycle(name, min_count, admission_capacity, max_rows,

@@ -141,6 +141,12 @@ flags.DEFINE_integer("admission_capacity", 1 << 20, "Ids per table shard "
                      "counted while waiting for admission (exact, bounded).")
 flags.DEFINE_integer("max_rows", 0, "Most rows per table, split over its "
                      "shards; the lowest-show rows go first (0: unbounded).")
+flags.DEFINE_integer("memory_budget_bytes", 0, "Disk tier: bytes of rows "
+                     "each table keeps in memory (split over its shards); "
+                     "the rest live in --storage_dir (0: all in memory).")
+flags.DEFINE_string("storage_dir", "", "Disk tier: a writable local "
+                    "directory (on every ps host) for the rows beyond "
+                    "--memory_budget_bytes.")
 flags.DEFINE_float("show_decay_rate", 1.0, "Maintenance: show *= rate.")
 flags.DEFINE_float("show_threshold", 0.0, "Maintenance: evict rows whose "
                    "(decayed) show is below this.")
@@ -158,7 +164,9 @@ def _lifecycle(model, checkpoints):
         layer.set_table_options(
             min_count=FLAGS.min_count,
             max_rows=FLAGS.max_rows or None,
-            admission_capacity=FLAGS.admission_capacity)
+            admission_capacity=FLAGS.admission_capacity,
+            memory_budget_bytes=FLAGS.memory_budget_bytes or None,
+            storage_dir=FLAGS.storage_dir or None)
     if not FLAGS.maintenance_every_n_steps:
         return None
     maintenance = tn.callbacks.TableMaintenance(
@@ -203,6 +211,13 @@ def updatable_export_of(export_dir: str):
 
 
 def _check_model_data() -> None:
+    if FLAGS.memory_budget_bytes < 0:
+        raise app.UsageError("--memory_budget_bytes must be >= 0 (0: every "
+                             "row in memory)")
+    if bool(FLAGS.memory_budget_bytes) != bool(FLAGS.storage_dir):
+        raise app.UsageError("--memory_budget_bytes and --storage_dir go "
+                             "together: the disk tier needs a budget and a "
+                             "writable local directory")
     if _publishing():
         if not FLAGS.export_dir:
             raise app.UsageError("--publish_every_n_steps/_seconds publish "

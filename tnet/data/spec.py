@@ -45,10 +45,12 @@ _DEFAULT_DTYPE = {"id": "int64", "ids": "int64", "sequence": "int64",
                   "weight": "float32"}
 _COMBINERS = ("mean", "sum", "sqrtn")
 _FIELDS = {"name", "kind", "dtype", "column", "default", "table", "dim",
-           "combiner", "min_count", "max_rows", "max_length", "separator"}
-_ID_ONLY = {"table", "dim", "combiner", "min_count", "max_rows"}
+           "combiner", "min_count", "max_rows", "max_length", "separator",
+           "memory_budget_bytes", "storage_dir"}
+_ID_ONLY = {"table", "dim", "combiner", "min_count", "max_rows",
+            "memory_budget_bytes", "storage_dir"}
 _DEFAULTABLE = {"dim", "table", "combiner", "min_count", "max_rows",
-                "separator"}
+                "separator", "memory_budget_bytes", "storage_dir"}
 
 
 class SpecError(ValueError):
@@ -71,8 +73,8 @@ class Feature:
       the same column (e.g. `user_id` as an id and as the group key).
     default: value for a missing or empty single id / number (ids: the
       padding, -1 or "", which the model ignores; dense: 0.0).
-    table, dim, combiner, min_count, max_rows: the embedding (see
-      tn.feature_column.embedding_column).
+    table, dim, combiner, min_count, max_rows, memory_budget_bytes,
+      storage_dir: the embedding (see tn.feature_column.embedding_column).
     max_length: ids / sequence: most ids kept per example (None: all).
     separator: CSV/TSV: what separates the ids of a multi-valued cell.
     """
@@ -88,6 +90,8 @@ class Feature:
     min_count: Optional[float] = None
     max_rows: Optional[int] = None
     max_length: Optional[int] = None
+    memory_budget_bytes: Optional[int] = None
+    storage_dir: Optional[str] = None
     separator: str = "|"
 
     @property
@@ -169,7 +173,9 @@ class FeatureSpec:
         return [fc.embedding_column(c, f.dim or default_dim,
                                     combiner=f.combiner, table=f.table,
                                     min_count=f.min_count,
-                                    max_rows=f.max_rows)
+                                    max_rows=f.max_rows,
+                                    memory_budget_bytes=f.memory_budget_bytes,
+                                    storage_dir=f.storage_dir)
                 for f, c in zip(self.id_features, self.category_columns())]
 
     def columns_read(self) -> List[str]:
@@ -303,6 +309,19 @@ def _feature(item: Any, index: int, defaults: dict, fail) -> Feature:
     if max_rows is not None and (isinstance(max_rows, bool) or
                                  not isinstance(max_rows, int) or max_rows < 1):
         fail(f"{where}: max_rows must be a positive integer, got {max_rows!r}")
+    budget = opts.get("memory_budget_bytes")
+    if budget is not None and (isinstance(budget, bool) or
+                               not isinstance(budget, int) or budget < 1):
+        fail(f"{where}: memory_budget_bytes must be a positive integer, "
+             f"got {budget!r}")
+    storage_dir = opts.get("storage_dir")
+    if storage_dir is not None and (not isinstance(storage_dir, str)
+                                    or not storage_dir):
+        fail(f"{where}: storage_dir must be a directory path, got "
+             f"{storage_dir!r}")
+    if (budget is None) != (storage_dir is None):
+        fail(f"{where}: memory_budget_bytes and storage_dir go together "
+             "(the disk tier needs both)")
     max_length = opts.get("max_length")
     if max_length is not None:
         if kind not in ("ids", "sequence"):
@@ -329,7 +348,8 @@ def _feature(item: Any, index: int, defaults: dict, fail) -> Feature:
     return Feature(name=name, kind=kind, dtype=dtype, column=column,
                    default=default, table=table, dim=dim, combiner=combiner,
                    min_count=min_count, max_rows=max_rows,
-                   max_length=max_length, separator=separator)
+                   max_length=max_length, separator=separator,
+                   memory_budget_bytes=budget, storage_dir=storage_dir)
 
 
 def _check_spec(spec: FeatureSpec, fail) -> None:

@@ -25,7 +25,9 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
         task under ParameterServerStrategy, one local shard otherwise.
       min_count / max_rows / admission_capacity: feature lifecycle defaults
         for this layer's tables (see tn.SparseTable); a column's own
-        min_count / max_rows win. `set_table_options` changes them until
+        min_count / max_rows win.
+      memory_budget_bytes / storage_dir: the disk tier of each of this
+        layer's tables (see tn.SparseTable); a column's own win. `set_table_options` changes them until
         the tables are created.
 
     Every table does one fused unique -> pull -> gather per call for all of
@@ -39,7 +41,9 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
                  devices: Optional[Sequence[str]] = None, seed: int = 0,
                  min_count: Optional[float] = None,
                  max_rows: Optional[int] = None,
-                 admission_capacity: Optional[int] = None, **kwargs):
+                 admission_capacity: Optional[int] = None,
+                 memory_budget_bytes: Optional[int] = None,
+                 storage_dir: Optional[str] = None, **kwargs):
         super().__init__(**kwargs)
         self._columns = _check_columns(columns, type(self).__name__)
         self._groups = _group_by_table(self._columns)
@@ -53,14 +57,16 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
         self._table_rule = None
         self._table_options: Dict[str, Any] = {}
         self.set_table_options(min_count=min_count, max_rows=max_rows,
-                               admission_capacity=admission_capacity)
+                               admission_capacity=admission_capacity,
+                               memory_budget_bytes=memory_budget_bytes,
+                               storage_dir=storage_dir)
 
     def set_table_options(self, **options) -> None:
-        """Lifecycle defaults (min_count, max_rows, admission_capacity) for
+        """Lifecycle and tier defaults (min_count, max_rows,
+        admission_capacity, memory_budget_bytes, storage_dir) for
         tables not created yet; None leaves an option at the table default.
         Lets a CLI configure the tables of a prebuilt model."""
-        unknown = set(options) - {"min_count", "max_rows",
-                                  "admission_capacity"}
+        unknown = set(options) - {"admission_capacity", *_COLUMN_OPTIONS}
         if unknown:
             raise TypeError(f"layer {self.name!r}: unknown table options "
                             f"{sorted(unknown)}")
@@ -73,7 +79,7 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
 
     def _options_for(self, cols) -> Dict[str, Any]:
         options = dict(self._table_options)
-        for key in ("min_count", "max_rows"):
+        for key in _COLUMN_OPTIONS:
             values = {getattr(c, key) for _, c in cols} - {None}
             if values:
                 options[key] = values.pop()
@@ -338,6 +344,11 @@ def _check_columns(columns, layer_type: str) -> List[fc.EmbeddingColumn]:
     return columns
 
 
+# Table options a column may set (columns sharing a table must agree).
+_COLUMN_OPTIONS = ("min_count", "max_rows", "memory_budget_bytes",
+                   "storage_dir")
+
+
 def _group_by_table(columns):
     groups: Dict[str, list] = {}
     for index, col in enumerate(columns):
@@ -356,7 +367,7 @@ def _group_by_table(columns):
                 f"columns sharing table {table_name!r} must have the same "
                 f"initializer; columns: "
                 f"{[c.categorical_column.name for _, c in cols]}")
-        for key in ("min_count", "max_rows"):
+        for key in _COLUMN_OPTIONS:
             values = {getattr(c, key) for _, c in cols} - {None}
             if len(values) > 1:
                 raise ValueError(
