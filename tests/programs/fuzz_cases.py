@@ -501,6 +501,10 @@ def handle_case(draw) -> dict:
         "container": draw(st.sampled_from(["", "c1"])),
         "shared_name": draw(st.sampled_from(NAMES)),
     }
+    budget = draw(st.sampled_from([0, 0, 1, 4096, 1 << 20]))
+    if budget:  # a disk tier: rows beyond the budget go to a file in /tmp
+        attrs["memory_budget_bytes"] = budget
+        attrs["storage_dir"] = "/tmp"
     hostile = {
         "dim": dim_attr,
         "optimizer": st.sampled_from(["", "SGD", "rmsprop", "adam\0x"]),
@@ -509,6 +513,9 @@ def handle_case(draw) -> dict:
                                        max_size=3),
         "num_stripes": st.sampled_from([65536, 0, 3, -4, 131072, I64_MAX]),
         "container": st.sampled_from(["x" * 300, "bad name!", "\u00e9"]),
+        "memory_budget_bytes": st.sampled_from([-1, -(1 << 62), I64_MAX]),
+        "storage_dir": st.sampled_from(["/nonexistent/tnet", "/proc",
+                                        "\u00e9/x", "/dev/null"]),
         **{name: st.sampled_from(FLOAT_VALUES + [0.9, 0.999, -0.5, 1e-7])
            for name in FLOAT_ATTRS},
     }

@@ -1,0 +1,284 @@
+"""The disk tier (SparseTable(memory_budget_bytes=..., storage_dir=...)):
+a tiered table is the same table as an in-memory one, operation by
+operation, for every rule and lifecycle option; checkpoints move between
+the two; a kill -9 leaves nothing on disk and loses nothing checkpointed;
+the table and optimizer tests pass with every table tiered."""
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tnet as tn
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RULES = ["sgd", "adagrad", "rowwise_adagrad", "adam", "ftrl"]
+LIFECYCLES = {
+    "plain": {},
+    "min_count": {"min_count": 2},
+    "max_rows": {"max_rows": 3000},
+    "decay_ttl": {},  # evict() with decay and TTL every few steps
+}
+DIM = 8
+
+
+def _export(table):
+    keys, weights, slots, meta = (t.numpy() for t in table.export())
+    order = np.argsort(keys)
+    return keys[order], weights[order], slots[order], meta[order]
+
+
+def _assert_same(a, b, what):
+    for name, x, y in zip(("keys", "weights", "slots", "meta"),
+                          _export(a), _export(b)):
+        np.testing.assert_array_equal(x, y, err_msg=f"{what}: {name}")
+
+
+def _zipf_batches(steps, batch, ids, seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        yield (rng.zipf(1.2, batch) % ids).astype(np.int64) * 7919 - 5
+
+
+def _row_bytes(table):
+    return 8 + 4 * (DIM + table.num_slots) + 16
+
+
+@pytest.mark.parametrize("life", sorted(LIFECYCLES))
+@pytest.mark.parametrize("rule", RULES)
+def test_tiered_table_equals_the_in_memory_one(tmp_path, rule, life):
+    """Same pushes, pulls, evictions, marks: every pull, the export (keys,
+    weights, slots, meta), the counters, the pending admission state and
+    the delta since a mark are identical, with ~1% of the rows in memory."""
+    opts = LIFECYCLES[life]
+    mem = tn.SparseTable(f"m_{rule}_{life}", DIM, rule, num_shards=2, **opts)
+    probe = tn.SparseTable("probe", DIM, rule)
+    budget = 2 * 64 * _row_bytes(probe)  # ~1 row per stripe, ~1% of rows
+    tier = tn.SparseTable(f"t_{rule}_{life}", DIM, rule, num_shards=2,
+                          memory_budget_bytes=budget,
+                          storage_dir=str(tmp_path), **opts)
+    rng = np.random.default_rng(1)
+    for step, keys in enumerate(_zipf_batches(30, 600, 20_000, seed=7), 1):
+        a = mem.pull(keys, training=True).numpy()
+        b = tier.pull(keys, training=True).numpy()
+        np.testing.assert_array_equal(a, b, err_msg=f"training pull {step}")
+        grads = rng.normal(0, 0.1, (len(keys), DIM)).astype(np.float32)
+        for t in (mem, tier):
+            t.push(keys, grads, learning_rate=0.05, step=step)
+        if step == 15:
+            assert [m for _, m in mem.mark_changes()] == [
+                m for _, m in tier.mark_changes()]
+        if life == "decay_ttl" and step % 7 == 0:
+            n = [int(t.evict(show_decay_rate=0.8, show_threshold=1.0,
+                             ttl_steps=5, current_step=step))
+                 for t in (mem, tier)]
+            assert n[0] == n[1] and n[0] > 0, n
+    unseen = np.arange(10**9, 10**9 + 50, dtype=np.int64)
+    probe_keys = np.concatenate([keys, unseen])
+    np.testing.assert_array_equal(mem.pull(probe_keys).numpy(),
+                                  tier.pull(probe_keys).numpy())
+    _assert_same(mem, tier, f"{rule}/{life}")
+    sm, st = mem.stats(), tier.stats()
+    for f in ("rows", "admitted", "rejected", "evicted", "pending",
+              "pending_dropped", "cap_evicted"):
+        assert sm[f] == st[f], (f, sm, st)
+    assert st["tier_misses"] > 0 and st["tier_writebacks"] > 0, st
+    assert st["tier_on_disk"] + st["tier_resident"] == st["rows"], st
+    assert st["tier_resident"] <= 2 * 64, st  # one row per stripe
+    assert st["tier_disk_bytes"] >= st["tier_on_disk"] * _row_bytes(probe)
+    pm, pt = mem.export_pending(), tier.export_pending()
+    for f in ("keys", "counts", "ages", "counters"):
+        np.testing.assert_array_equal(np.asarray(pm[f]), np.asarray(pt[f]))
+    for shard in range(2):
+        cm, ct = mem.changes()[shard], tier.changes()[shard]
+        assert cm["untracked"] == ct["untracked"]
+        np.testing.assert_array_equal(np.sort(cm["deleted"]),
+                                      np.sort(ct["deleted"]))
+        mark = cm["mark"]
+        da = [t.numpy() for t in mem.export_shard(shard, since_step=mark)[:4]]
+        db = [t.numpy() for t in tier.export_shard(shard, since_step=mark)[:4]]
+        oa, ob = np.argsort(da[0]), np.argsort(db[0])
+        for x, y in zip(da, db):
+            np.testing.assert_array_equal(x[oa], y[ob])
+
+
+class _Holder(tf.Module):
+    def __init__(self, table):
+        super().__init__()
+        self.table = table
+
+
+@pytest.mark.parametrize("direction", ["tier_to_memory", "memory_to_tier"])
+def test_checkpoints_move_between_tiered_and_in_memory_tables(tmp_path,
+                                                              direction):
+    tier_opts = {"memory_budget_bytes": 4096, "storage_dir": str(tmp_path)}
+    src_opts, dst_opts = ((tier_opts, {}) if direction == "tier_to_memory"
+                          else ({}, tier_opts))
+    src = tn.SparseTable("ck", DIM, "adagrad", num_shards=2, **src_opts)
+    rng = np.random.default_rng(3)
+    for step, keys in enumerate(_zipf_batches(10, 500, 5000, seed=3), 1):
+        src.pull(keys, training=True)
+        src.push(keys, rng.normal(0, 1, (len(keys), DIM)).astype(np.float32),
+                 learning_rate=0.1, step=step)
+    path = tf.train.Checkpoint(m=_Holder(src)).write(str(tmp_path / "ck"))
+    dst = tn.SparseTable("ck", DIM, "adagrad", num_shards=2, **dst_opts)
+    dst.pull(np.arange(100, dtype=np.int64), training=True)  # stale rows
+    tf.train.Checkpoint(m=_Holder(dst)).read(path).assert_consumed()
+    _assert_same(src, dst, direction)
+
+
+def test_bad_storage_dir_is_named(tmp_path):
+    with pytest.raises(ValueError, match="needs storage_dir"):
+        tn.SparseTable("t", 4, memory_budget_bytes=1 << 20)
+    with pytest.raises(ValueError, match="memory_budget_bytes must be"):
+        tn.SparseTable("t", 4, memory_budget_bytes=-5, storage_dir="/tmp")
+    missing = tmp_path / "no" / "such"
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=f"storage_dir '{missing}'.*No such file"):
+        tn.SparseTable("t", 4, memory_budget_bytes=1 << 20,
+                       storage_dir=str(missing))
+
+
+_CHILD = textwrap.dedent("""
+    import os, sys, time
+    import numpy as np, tensorflow as tf
+    import tnet as tn
+    out, store = sys.argv[1], sys.argv[2]
+    class H(tf.Module):
+        def __init__(self, t):
+            super().__init__(); self.table = t
+    t = tn.SparseTable("k", 8, "adagrad", num_shards=2,
+                       memory_budget_bytes=8192, storage_dir=store)
+    rng = np.random.default_rng(0)
+    def train(steps, first):
+        for step in range(first, first + steps):
+            keys = (rng.zipf(1.2, 800) % 30000).astype(np.int64)
+            t.pull(keys, training=True)
+            t.push(keys, rng.normal(0, 1, (800, 8)).astype(np.float32),
+                   learning_rate=0.1, step=step)
+    train(20, 1)
+    tf.train.Checkpoint(m=H(t)).write(os.path.join(out, "ck"))
+    k, w, s, m = (x.numpy() for x in t.export())
+    np.savez(os.path.join(out, "at_ckpt.npz"), k=k, w=w, s=s, m=m)
+    print("TIER", t.stats()["tier_on_disk"], sorted(os.listdir(store)),
+          flush=True)
+    print("SAVED", flush=True)
+    while True:  # keeps training until killed
+        train(5, 100)
+""")
+
+
+def test_kill9_of_a_tiered_table_leaves_nothing_and_loses_nothing(tmp_path):
+    """A process with a tiered table is SIGKILLed while training after a
+    checkpoint: its storage_dir holds no file (the tier's file is unlinked
+    at creation), and a fresh process restores exactly the checkpoint into
+    a tiered table on the same directory."""
+    store = tmp_path / "store"
+    store.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("TNET_TEST_TIER_BYTES", None)
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path),
+                             str(store)], stdout=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        tier_line = None
+        for line in proc.stdout:
+            if line.startswith("TIER"):
+                tier_line = line
+            if line.startswith("SAVED"):
+                break
+        assert tier_line is not None, "child died before its checkpoint"
+        assert int(tier_line.split()[1]) > 1000, tier_line
+        assert tier_line.split(None, 2)[2].strip() == "[]", tier_line
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert os.listdir(store) == []
+    t = tn.SparseTable("k", 8, "adagrad", num_shards=2,
+                       memory_budget_bytes=8192, storage_dir=str(store))
+    tf.train.Checkpoint(m=_Holder(t)).read(
+        str(tmp_path / "ck")).assert_consumed()
+    want = np.load(tmp_path / "at_ckpt.npz")
+    got = _export(t)
+    order = np.argsort(want["k"])
+    for name, x in zip("kwsm", got):
+        np.testing.assert_array_equal(x, want[name][order], err_msg=name)
+
+
+def test_a_model_trains_the_same_with_its_tables_on_disk(tmp_path):
+    """A README-style functional model (EmbeddingFeatures over [B, 1] and
+    ragged ids) fit with a tier holding ~1% of its rows predicts what the
+    in-memory model predicts."""
+    import tf_keras  # noqa: PLC0415
+
+    rng = np.random.default_rng(5)
+    n = 4096
+    user = (rng.zipf(1.3, (n, 1)) % 50_000).astype(np.int64)
+    lengths = rng.integers(0, 6, n)
+    items = tf.RaggedTensor.from_row_lengths(
+        (rng.zipf(1.2, lengths.sum()) % 80_000).astype(np.int64), lengths)
+    y = ((user[:, 0] % 7) < 3).astype(np.float32)
+
+    def build(**tier):
+        tf_keras.utils.set_random_seed(0)
+        cols = [tn.feature_column.embedding_column(
+                    tn.feature_column.category_column("user"), 8),
+                tn.feature_column.embedding_column(
+                    tn.feature_column.category_column("items"), 8)]
+        inputs = {"user": tf_keras.Input((1,), dtype=tf.int64, name="user"),
+                  "items": tf_keras.Input((None,), dtype=tf.int64,
+                                          ragged=True, name="items")}
+        emb = tn.layers.EmbeddingFeatures(cols, **tier)(inputs)
+        out = tf_keras.layers.Dense(1, activation="sigmoid")(
+            tf_keras.layers.Dense(16, activation="relu")(emb))
+        model = tn.Model(inputs, out)
+        model.compile(optimizer=tf_keras.optimizers.Adagrad(0.05),
+                      loss="binary_crossentropy")
+        return model
+
+    preds = []
+    for tier in ({}, {"memory_budget_bytes": 64 * 1024,
+                      "storage_dir": str(tmp_path)}):
+        model = build(**tier)
+        data = tf.data.Dataset.from_tensor_slices(
+            ({"user": user, "items": items}, y)).batch(256)
+        model.fit(data, epochs=2, verbose=0)
+        preds.append(model.predict(data, verbose=0))
+        if tier:
+            stats = [t.stats() for t in model.tables().values()]
+            assert all(s["tier_writebacks"] > 0 for s in stats), stats
+    np.testing.assert_allclose(preds[0], preds[1], rtol=0, atol=1e-6)
+
+
+# Tests that compare the table's memory bytes (the in-memory arena's own
+# accounting: with a tier, memory is the cache plus the row locations).
+_MEMORY_TESTS = ("test_eviction_frees_memory_and_rows_are_reused",
+                 "test_cap_is_never_exceeded_and_memory_stays_flat",
+                 "test_memory_bytes_falls_after_eviction",
+                 "test_dev_head10k_min_count_2_drops_exactly_the_singletons")
+
+
+@pytest.mark.timeout(900)
+def test_table_optimizer_and_checkpoint_tests_pass_with_every_table_tiered():
+    """The table, optimizer, lifecycle, kernel and checkpoint tests again,
+    with every SparseTable given a tier of one row per stripe in memory."""
+    env = dict(os.environ, TNET_TEST_TIER_BYTES="1")
+    files = ["tests/test_table.py", "tests/test_optimizers.py",
+             "tests/test_lifecycle.py", "tests/test_lookup_kernels.py",
+             "tests/test_checkpoint.py", "tests/test_checkpoint_delta.py"]
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         *files, "-k", " and ".join(f"not {t}" for t in _MEMORY_TESTS)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=880)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    passed = int(r.stdout.split(" passed")[0].split()[-1])
+    assert passed >= 100, r.stdout[-2000:]
