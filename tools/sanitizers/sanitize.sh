@@ -60,7 +60,7 @@ cp "$out/lib/tnet/_lib/libtnet_ops.so" "$out/pkg/tnet/_lib/libtnet_ops.so"
 
 echo "== [$kind] table stress driver (no TensorFlow)"
 $CXX -std=c++17 -O1 -g $driver_flags -I. tools/sanitizers/table_stress.cc \
-  tnet_ops/table/table_shard.cc tnet_ops/table/table_shard_rows.cc -pthread -o "$out/table_stress"
+  tnet_ops/table/table_shard.cc tnet_ops/table/table_shard_rows.cc tnet_ops/table/row_tier.cc -pthread -o "$out/table_stress"
 "$out/table_stress" "${DRIVER_SECONDS:-20}" 4 4
 "$out/table_stress" "${DRIVER_SECONDS:-20}" 4 1
 

@@ -4,7 +4,11 @@
 // It lives here, not under tnet_ops/, because setup.py compiles every
 // tnet_ops/**/*.cc into the op library.
 //
-//   table_stress [seconds=10] [pushers=4] [num_stripes=4]
+//   table_stress [seconds=10] [pushers=4] [num_stripes=4] [tier_bytes=0]
+//
+// tier_bytes > 0 gives the table a disk tier (in $TMPDIR or /tmp) whose
+// cache holds that many bytes of rows, so every operation also moves rows
+// between memory and disk.
 //
 // Phase 1 (first half): pushers, training and inference pullers, an
 // exporter walking the table in small chunks, an evictor with
@@ -74,10 +78,13 @@ struct Driver {
   std::vector<int64_t> sums = std::vector<int64_t>(kHot, 0);
   std::atomic<int64_t> pushes{0}, pulls{0}, walks{0}, evictions{0}, evicted{0};
 
-  explicit Driver(int stripes) : table(Config(stripes)) {}
+  Driver(int stripes, int64_t tier_bytes) : table(Config(stripes, tier_bytes)) {}
 
-  static tnet::TableConfig Config(int stripes) {
+  static tnet::TableConfig Config(int stripes, int64_t tier_bytes) {
     tnet::TableConfig c;
+    c.memory_budget_bytes = tier_bytes;
+    const char* tmp = std::getenv("TMPDIR");
+    c.storage_dir = tmp != nullptr ? tmp : "/tmp";
     c.dim = kDim;
     c.num_stripes = stripes;
     tnet::FindRule("sgd", &c.optimizer.rule);
@@ -133,7 +140,7 @@ struct Driver {
         std::vector<int64_t> keys;
         std::vector<float> w, s;
         std::vector<tnet::RowMeta> meta;
-        cursor = table.Export(cursor, 1 + rng() % 1000, &keys, &w, &s, &meta);
+        cursor = table.Export(cursor, 1 + rng() % 1000, -1, &keys, &w, &s, &meta);
         CheckRows(keys.data(), w.data(), keys.size(), "export");
         for (int64_t k : keys) {
           if (k >= 0 && k < kHot) ++seen[k];
@@ -172,7 +179,7 @@ struct Driver {
     std::vector<int64_t> keys;
     std::vector<float> w, s;
     std::vector<tnet::RowMeta> meta;
-    if (table.Export(0, int64_t{1} << 62, &keys, &w, &s, &meta) != -1) {
+    if (table.Export(0, int64_t{1} << 62, -1, &keys, &w, &s, &meta) != -1) {
       Fail("final export did not finish");
     }
     if (static_cast<int64_t>(keys.size()) != table.Size()) {
@@ -210,7 +217,12 @@ int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 10.0;
   const int pushers = argc > 2 ? std::atoi(argv[2]) : 4;
   const int stripes = argc > 3 ? std::atoi(argv[3]) : 4;
-  Driver d(stripes);
+  const int64_t tier_bytes = argc > 4 ? std::atoll(argv[4]) : 0;
+  Driver d(stripes, tier_bytes);
+  if (!d.table.TierError().empty()) {
+    std::fprintf(stderr, "FAIL: %s\n", d.table.TierError().c_str());
+    return 1;
+  }
   {  // Every hot key exists (show 1) before the threads start.
     std::vector<int64_t> hot(kHot);
     for (int64_t k = 0; k < kHot; ++k) hot[k] = k;
@@ -236,10 +248,21 @@ int main(int argc, char** argv) {
   std::printf(
       "TABLE_STRESS {\"ok\": %s, \"seconds\": %.1f, \"threads\": %zu, "
       "\"num_stripes\": %d, \"pushes\": %lld, \"pulls\": %lld, "
-      "\"export_walks\": %lld, \"evictions\": %lld, \"evicted_rows\": %lld}\n",
+      "\"export_walks\": %lld, \"evictions\": %lld, \"evicted_rows\": %lld, "
+      "\"tier_misses\": %lld, \"tier_writebacks\": %lld}\n",
       g_failed ? "false" : "true", seconds, threads.size(), stripes,
       static_cast<long long>(d.pushes), static_cast<long long>(d.pulls),
       static_cast<long long>(d.walks), static_cast<long long>(d.evictions),
-      static_cast<long long>(d.evicted));
+      static_cast<long long>(d.evicted),
+      static_cast<long long>(d.table.Stats().tier_misses),
+      static_cast<long long>(d.table.Stats().tier_writebacks));
+  if (!d.table.TierError().empty()) {
+    std::fprintf(stderr, "FAIL: %s\n", d.table.TierError().c_str());
+    return 1;
+  }
+  if (tier_bytes > 0 && d.table.Stats().tier_writebacks == 0) {
+    std::fprintf(stderr, "FAIL: the tier never wrote a row back\n");
+    return 1;
+  }
   return g_failed ? 1 : 0;
 }
