@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh
+.PHONY: demo test test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh bench-tier
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -107,6 +107,15 @@ FRESH_ROWS ?= 10000000
 bench-fresh: build
 	$(PY) tools/bench_fresh.py --rows $(FRESH_ROWS)
 
+# Tables larger than memory: a disk tier (TIER_ROWS rows, TIER_BUDGET_GB of
+# rows in memory) against the in-memory table at TIER_MEM_ROWS, Zipf ids.
+TIER_ROWS ?= 200000000
+TIER_MEM_ROWS ?= 50000000
+TIER_BUDGET_GB ?= 4
+bench-tier: build
+	$(PY) tools/bench_tier.py --rows $(TIER_ROWS) --mem_rows $(TIER_MEM_ROWS) \
+	    --budget_gb $(TIER_BUDGET_GB)
+
 # Admission / cap vs AUC on >= 10M distinct synthetic keys, plus a PNG.
 bench-lifecycle: build
 	$(PY) tools/bench_lifecycle.py
@@ -139,8 +148,9 @@ stress: build
 	STRESS_SECONDS=$(STRESS_SECONDS) $(PY) -m pytest -q tests/test_stress.py
 	mkdir -p build/stress
 	$${CXX:-g++} -std=c++17 -O2 -I. tools/sanitizers/table_stress.cc \
-	    tnet_ops/table/table_shard.cc tnet_ops/table/table_shard_rows.cc -pthread -o build/stress/table_stress
+	    tnet_ops/table/table_shard.cc tnet_ops/table/table_shard_rows.cc tnet_ops/table/row_tier.cc -pthread -o build/stress/table_stress
 	build/stress/table_stress $(STRESS_SECONDS) 4 4
+	build/stress/table_stress $(STRESS_SECONDS) 4 4 16384
 
 sanitize-asan: build
 	PY=$(abspath $(PY)) tools/sanitizers/sanitize.sh asan
