@@ -251,11 +251,22 @@ def test_a_model_trains_the_same_with_its_tables_on_disk(tmp_path):
         model = build(**tier)
         data = tf.data.Dataset.from_tensor_slices(
             ({"user": user, "items": items}, y)).batch(256)
-        model.fit(data, epochs=2, verbose=0)
+        maint = tn.callbacks.TableMaintenance(
+            log_dir=str(tmp_path / "tb") if tier else None)
+        hist = model.fit(data, epochs=2, verbose=0, callbacks=[maint])
         preds.append(model.predict(data, verbose=0))
         if tier:
-            stats = [t.stats() for t in model.tables().values()]
-            assert all(s["tier_writebacks"] > 0 for s in stats), stats
+            stats = {n: t.stats() for n, t in model.tables().items()}
+            assert all(s["tier_writebacks"] > 0 for s in stats.values())
+            # The tier's counters reach the epoch logs (and TensorBoard).
+            for name, s in stats.items():
+                rate = hist.history[f"table/{name}/tier_hit_rate"]
+                assert len(rate) == 2 and all(0.0 <= r < 1.0 for r in rate)
+                assert (hist.history[f"table/{name}/tier_on_disk"][-1]
+                        == s["tier_on_disk"] > 0)
+            assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+        else:
+            assert not any("tier" in k for k in hist.history)
     np.testing.assert_allclose(preds[0], preds[1], rtol=0, atol=1e-6)
 
 

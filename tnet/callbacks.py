@@ -268,10 +268,16 @@ class TableMaintenance(tf_keras.callbacks.Callback):
     Metrics (`rows`, `admitted`, `rejected`, `evicted`, `bytes`, `pending`)
     go into the epoch logs as `table/<name>/<metric>` (so History and a
     later TensorBoard callback see them); `last_metrics` holds the newest
-    and `last_evicted` the rows each table lost in the newest run.
+    and `last_evicted` the rows each table lost in the newest run. A table
+    with a disk tier (`memory_budget_bytes`) adds `tier_lookups`,
+    `tier_misses`, `tier_hit_rate` (since the previous measurement),
+    `tier_resident`, `tier_on_disk`, `tier_disk_bytes` and
+    `tier_writebacks`.
     """
 
     METRICS = ("rows", "admitted", "rejected", "evicted", "bytes", "pending")
+    TIER_METRICS = ("tier_lookups", "tier_misses", "tier_resident",
+                    "tier_on_disk", "tier_disk_bytes", "tier_writebacks")
 
     def __init__(self, every_n_steps: Optional[int] = None,
                  every_n_epochs: Optional[int] = None,
@@ -297,6 +303,7 @@ class TableMaintenance(tf_keras.callbacks.Callback):
         self.table_names = list(tables) if tables is not None else None
         self.log_dir = log_dir
         self.compact = compact
+        self._tier_prev = {}
         self.runs = 0
         self.last_metrics: dict = {}
         self.last_evicted: dict = {}
@@ -373,6 +380,16 @@ class TableMaintenance(tf_keras.callbacks.Callback):
             stats = table.stats()
             for key in self.METRICS:
                 metrics[f"table/{name}/{key}"] = stats[key]
+            if getattr(table, "memory_budget_bytes", None):
+                for key in self.TIER_METRICS:
+                    metrics[f"table/{name}/{key}"] = stats[key]
+                prev = self._tier_prev.get(name, (0, 0))
+                lookups = stats["tier_lookups"] - prev[0]
+                misses = stats["tier_misses"] - prev[1]
+                self._tier_prev[name] = (stats["tier_lookups"],
+                                         stats["tier_misses"])
+                metrics[f"table/{name}/tier_hit_rate"] = (
+                    1.0 - misses / lookups if lookups > 0 else 1.0)
         self.last_metrics = metrics
         if self.log_dir:
             if self._writer is None:
