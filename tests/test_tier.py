@@ -146,6 +146,64 @@ def test_bad_storage_dir_is_named(tmp_path):
                        storage_dir=str(missing))
 
 
+
+def test_a_full_disk_is_a_named_error_and_the_table_goes_on(tmp_path):
+    """The tier's file cannot grow (a small filesystem, filled): the push
+    that needs more disk fails with an error naming storage_dir, the process
+    lives, no row is lost (the export holds every pushed key, the failed
+    push's too), and once space is freed the table goes on."""
+    if os.geteuid() != 0 or not _can_mount_tmpfs(tmp_path / "probe"):
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI runs as root: a tmpfs must mount")
+        pytest.skip("needs root to mount a small tmpfs")
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=80m", "tmpfs",
+                    str(small)], check=True)
+    try:
+        filler = small / "filler"
+        filler.write_bytes(b"\0" * (30 << 20))
+        t = tn.SparseTable("full", 16, "adagrad", num_shards=1,
+                           memory_budget_bytes=64 * 1024,
+                           storage_dir=str(small))
+        rng = np.random.default_rng(0)
+        pushed = []
+
+        def push(i):
+            keys = np.arange(i * 1000, (i + 1) * 1000, dtype=np.int64)
+            pushed.append(keys)
+            t.push(keys, rng.normal(size=(1000, 16)).astype(np.float32),
+                   step=i + 1)
+
+        with pytest.raises(tf.errors.UnavailableError,
+                           match=f"storage_dir '{small}'.*free disk space"):
+            for i in range(400):
+                push(i)
+        assert len(pushed) > 100  # a first segment of the file was written
+        want = np.concatenate(pushed)
+        keys, weights, _, _ = (x.numpy() for x in t.export())
+        assert set(keys.tolist()) == set(want.tolist())
+        assert np.isfinite(weights).all()
+        filler.unlink()
+        for i in range(len(pushed), len(pushed) + 20):
+            push(i)
+        assert int(t.size()) == len(np.concatenate(pushed))
+        assert t.stats()["tier_on_disk"] > 256 * 1024
+        del t
+    finally:
+        if subprocess.run(["umount", str(small)]).returncode != 0:
+            subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def _can_mount_tmpfs(path):
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs",
+                        str(path)], capture_output=True)
+    if r.returncode == 0:
+        subprocess.run(["umount", str(path)], check=False)
+    return r.returncode == 0
+
+
 _CHILD = textwrap.dedent("""
     import os, sys, time
     import numpy as np, tensorflow as tf

@@ -15,10 +15,12 @@ std::string TableResource::DebugString() const {
 }
 
 tf::Status TableFailure(TableShard* table, const char* doing) {
-  const std::string tier = table->TierError();
+  bool fatal = true;
+  const std::string tier = table->TierError(&fatal);
   if (!tier.empty()) {
-    return tf::errors::Unavailable(tier, " while ", doing,
-                                   "; restore the table from its checkpoint");
+    return tf::errors::Unavailable(
+        tier, " (while ", doing, ")",
+        fatal ? "; restore the table from its checkpoint" : "");
   }
   return tf::errors::ResourceExhausted("sparse table is out of memory while ",
                                        doing);

@@ -1,6 +1,7 @@
 #include "tnet_ops/table/row_tier.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,39 +30,89 @@ std::unique_ptr<TierFile> TierFile::Create(const std::string& dir,
   return std::unique_ptr<TierFile>(new TierFile(fd, record_bytes, dir));
 }
 
-TierFile::~TierFile() { close(fd_); }
+TierFile::TierFile(int fd, size_t record_bytes, std::string dir)
+    : fd_(fd),
+      record_bytes_(record_bytes),
+      segment_bytes_((kSegmentRecords * record_bytes + 4095) / 4096 * 4096),
+      dir_(std::move(dir)),
+      maps_(new std::atomic<char*>[kMaxSegments]) {
+  for (uint64_t i = 0; i < kMaxSegments; ++i) maps_[i].store(nullptr);
+}
+
+TierFile::~TierFile() {
+  const uint64_t n = segments_.load();
+  for (uint64_t i = 0; i < n; ++i) munmap(maps_[i].load(), segment_bytes_);
+  close(fd_);
+}
 
 uint64_t TierFile::NewExtent() {
   std::lock_guard<std::mutex> lock(mu_);
-  return extents_.fetch_add(1, std::memory_order_relaxed) * kExtentRecords;
+  const uint64_t e = extents_.load(std::memory_order_relaxed);
+  const uint64_t seg = e * kExtentRecords / kSegmentRecords;
+  if (seg >= segments_.load(std::memory_order_relaxed)) {
+    if (seg >= kMaxSegments) {
+      errno = EFBIG;
+      return kNoExtent;
+    }
+    // The segment's blocks are reserved before it is mapped, so a full
+    // disk is an error here and never a fault on a mapped write.
+    const off_t at = static_cast<off_t>(seg * segment_bytes_);
+    int rc = posix_fallocate(fd_, at, static_cast<off_t>(segment_bytes_));
+    if (rc == EOPNOTSUPP || rc == EINVAL) {
+      rc = ftruncate(fd_, at + static_cast<off_t>(segment_bytes_)) == 0
+               ? 0 : errno;
+    }
+    if (rc != 0) {
+      errno = rc;
+      return kNoExtent;
+    }
+    void* m = mmap(nullptr, segment_bytes_, PROT_READ | PROT_WRITE,
+                   MAP_SHARED, fd_, at);
+    if (m == MAP_FAILED) return kNoExtent;
+    madvise(m, segment_bytes_, MADV_RANDOM);  // rows, not streams
+    maps_[seg].store(static_cast<char*>(m), std::memory_order_release);
+    segments_.store(seg + 1, std::memory_order_release);
+  }
+  extents_.store(e + 1, std::memory_order_relaxed);
+  return e * kExtentRecords;
+}
+
+// Records are copied through the mapping (the page cache): a row read or
+// written costs a memcpy, not a system call. A segment holds whole extents,
+// so a run of records is split only where it crosses segments.
+template <typename Copy>
+static void EachPiece(uint64_t record, uint64_t n, uint64_t seg_records,
+                      const Copy& copy) {
+  while (n > 0) {
+    const uint64_t seg = record / seg_records;
+    const uint64_t at = record % seg_records;
+    const uint64_t take = std::min(n, seg_records - at);
+    copy(seg, at, take);
+    record += take;
+    n -= take;
+  }
 }
 
 bool TierFile::Read(uint64_t record, char* dst, uint64_t n_records) const {
-  size_t left = n_records * record_bytes_;
-  off_t at = static_cast<off_t>(record * record_bytes_);
-  while (left > 0) {
-    const ssize_t got = pread(fd_, dst, left, at);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    dst += got;
-    at += got;
-    left -= static_cast<size_t>(got);
-  }
+  EachPiece(record, n_records, kSegmentRecords,
+            [&](uint64_t seg, uint64_t at, uint64_t take) {
+              std::memcpy(dst, maps_[seg].load(std::memory_order_acquire) +
+                                   at * record_bytes_,
+                          take * record_bytes_);
+              dst += take * record_bytes_;
+            });
   return true;
 }
 
 bool TierFile::Write(uint64_t record, const char* src,
                      uint64_t n_records) const {
-  size_t left = n_records * record_bytes_;
-  off_t at = static_cast<off_t>(record * record_bytes_);
-  while (left > 0) {
-    const ssize_t put = pwrite(fd_, src, left, at);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return false;
-    src += put;
-    at += put;
-    left -= static_cast<size_t>(put);
-  }
+  EachPiece(record, n_records, kSegmentRecords,
+            [&](uint64_t seg, uint64_t at, uint64_t take) {
+              std::memcpy(maps_[seg].load(std::memory_order_acquire) +
+                              at * record_bytes_,
+                          src, take * record_bytes_);
+              src += take * record_bytes_;
+            });
   return true;
 }
 
@@ -108,8 +159,13 @@ uint32_t RowTier::NewRecord() {
     free_records_.pop_back();
     return r;
   }
-  const uint32_t r = next_record_++;
-  if (r % TierFile::kExtentRecords == 0) extents_.push_back(file_->NewExtent());
+  const uint32_t r = next_record_;
+  if (r % TierFile::kExtentRecords == 0) {
+    const uint64_t first = file_->NewExtent();
+    if (first == TierFile::kNoExtent) return kNone;
+    extents_.push_back(first);
+  }
+  ++next_record_;
   return r;
 }
 
@@ -187,7 +243,10 @@ const char* RowTier::Peek(uint32_t id, char* buf) {
 }
 
 void RowTier::Trim() {
-  if (resident_ <= budget_rows_) return;
+  if (resident_ <= budget_rows_) {
+    grow_error_.clear();
+    return;
+  }
   const uint64_t need = resident_ - budget_rows_;
   const uint32_t n = static_cast<uint32_t>(id_of_.size());
   std::vector<uint32_t> victims;  // slots
@@ -205,9 +264,26 @@ void RowTier::Trim() {
     referenced_[slot] = 2;  // picked
     victims.push_back(slot);
   }
+  size_t with_record = 0;
   for (uint32_t slot : victims) {
     const uint32_t id = id_of_[slot];
     if (record_of_[id] == kNone) record_of_[id] = NewRecord();
+    if (record_of_[id] == kNone) {
+      referenced_[slot] = 0;  // stays resident: the file cannot grow
+      continue;
+    }
+    victims[with_record++] = slot;
+  }
+  if (with_record < victims.size()) {
+    grow_error_ = std::string("the table's disk tier (storage_dir '") +
+                  file_->dir() + "') cannot grow its file: " +
+                  std::strerror(errno) +
+                  "; the rows stay in memory over memory_budget_bytes and "
+                  "nothing is lost: free disk space there (the table goes "
+                  "on) or save a checkpoint";
+    victims.resize(with_record);
+  } else {
+    grow_error_.clear();
   }
   auto global = [&](uint32_t slot) {
     return GlobalRecord(record_of_[id_of_[slot]]);

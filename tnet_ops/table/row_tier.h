@@ -20,6 +20,9 @@
 // the end of each locked stripe operation, so a batch may hold its rows at
 // once and the cache may exceed its budget by one batch's rows of a stripe.
 //
+// The file is read and written through a shared memory mapping (records
+// are memcpy'd to and from the page cache; the kernel writes dirty pages
+// back), which costs a fraction of a pread/pwrite system call per row.
 // The file is unlinked right after it is created: it lives as long as the
 // process that holds it open, and a kill -9 leaves nothing on disk to clean
 // up or to trip on. The tier is a cache of the table, not a copy of it:
@@ -41,6 +44,11 @@ namespace tnet {
 class TierFile {
  public:
   static constexpr uint64_t kExtentRecords = 1024;
+  // The file grows by segments of this many records (whole extents), each
+  // reserved on disk (fallocate) and mapped once.
+  static constexpr uint64_t kSegmentRecords = 256 * kExtentRecords;
+  static constexpr uint64_t kMaxSegments = uint64_t{1} << 16;
+  static constexpr uint64_t kNoExtent = ~uint64_t{0};
 
   // Creates an unlinked file in `dir`; nullptr and *error on failure.
   static std::unique_ptr<TierFile> Create(const std::string& dir,
@@ -50,24 +58,30 @@ class TierFile {
   TierFile(const TierFile&) = delete;
   TierFile& operator=(const TierFile&) = delete;
 
-  // The first record of a new extent.
+  // The first record of a new extent, or kNoExtent (errno set) when the
+  // file cannot grow (disk full, mapping refused).
   uint64_t NewExtent();
+  // Copies records of allocated extents out of / into the mapped file.
+  // An I/O error of the disk under a mapped page is a SIGBUS, as for any
+  // memory-mapped store; a full disk is caught by NewExtent.
   bool Read(uint64_t record, char* dst, uint64_t n_records) const;
   bool Write(uint64_t record, const char* src, uint64_t n_records) const;
+  // Disk bytes reserved by the file.
   uint64_t bytes() const {
-    return extents_.load(std::memory_order_relaxed) * kExtentRecords *
-           record_bytes_;
+    return segments_.load(std::memory_order_relaxed) * segment_bytes_;
   }
   const std::string& dir() const { return dir_; }
 
  private:
-  TierFile(int fd, size_t record_bytes, std::string dir)
-      : fd_(fd), record_bytes_(record_bytes), dir_(std::move(dir)) {}
+  TierFile(int fd, size_t record_bytes, std::string dir);
   const int fd_;
   const size_t record_bytes_;
+  const uint64_t segment_bytes_;
   const std::string dir_;
   std::mutex mu_;
   std::atomic<uint64_t> extents_{0};
+  std::atomic<uint64_t> segments_{0};
+  std::unique_ptr<std::atomic<char*>[]> maps_;
 };
 
 struct TierStats {
@@ -100,12 +114,20 @@ class RowTier {
   // read into buf (row_bytes). nullptr on a read error (failed()).
   const char* Peek(uint32_t id, char* buf);
   // Writes back unreferenced rows until at most the budget is resident.
-  // On a write error the rows stay resident and failed() turns true.
+  // If the file cannot grow, the rows stay resident and full() turns true.
   void Trim();
 
   int64_t misses() const { return misses_; }
+  // A failure that lost data (a row could not be held in memory): every
+  // later operation of the table fails.
   bool failed() const { return !error_.empty(); }
-  const std::string& error() const { return error_; }
+  // The file could not grow (disk full) at the last Trim: the rows it
+  // would have written stay resident, over the budget; the next Trim that
+  // writes them all clears it.
+  bool full() const { return !grow_error_.empty(); }
+  const std::string& error() const {
+    return error_.empty() ? grow_error_ : error_;
+  }
   TierStats Stats() const;
   uint64_t MemoryBytes() const;
 
@@ -144,6 +166,7 @@ class RowTier {
   std::vector<char> scratch_;
   int64_t misses_ = 0, writebacks_ = 0, on_disk_ = 0;
   std::string error_;
+  std::string grow_error_;
 };
 
 }  // namespace tnet

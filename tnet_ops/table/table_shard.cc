@@ -51,21 +51,25 @@ TableShard::TableShard(const TableConfig& config)
   }
 }
 
-std::string TableShard::TierError() const {
+std::string TableShard::TierError(bool* fatal) const {
+  if (fatal != nullptr) *fatal = true;
   if (!tier_error_.empty()) return tier_error_;
+  std::string full;
   for (const auto& s : stripes_) {
     std::lock_guard<std::mutex> lock(s->mu);
     const RowTier* t = s->arena.tier();
     if (t != nullptr && t->failed()) return t->error();
+    if (t != nullptr && t->full() && full.empty()) full = t->error();
   }
-  return std::string();
+  if (fatal != nullptr) *fatal = false;
+  return full;
 }
 
 bool TableShard::EndStripeOp(Stripe* s) {
   RowTier* t = s->arena.tier();
   if (t == nullptr) return true;
   t->Trim();
-  return !t->failed();
+  return !t->failed() && !t->full();
 }
 
 TableShard::~TableShard() = default;

@@ -108,7 +108,9 @@ class TableShard {
   TableStats Stats() const;
   // Empty, or why the disk tier could not be created or failed (an I/O
   // error); once it failed, operations report failure (return false).
-  std::string TierError() const;
+  // *fatal (if given): whether the table lost data (false: the disk is
+  // full, the table is intact and goes on when there is space again).
+  std::string TierError(bool* fatal = nullptr) const;
 
   // Admission (min_count > 1): a key gets a row only once pushes have
   // brought its show count (the `shows` input, or 1 per occurrence) to

@@ -101,6 +101,9 @@ bool TableShard::Import(const int64_t* keys, int64_t n, const float* weights,
             std::memcpy(SlotsOf(row), slots + i * num_slots_,
                         sizeof(float) * num_slots_);
             SetMeta(row, meta[i]);
+            // A restore imports a stripe's rows in large batches: keep the
+            // tier's cache near its budget within the batch too.
+            if (((k - off[si]) & 1023) == 1023) s->arena.Trim();
           }
           EnforceCap(s);
           if (!EndStripeOp(s)) ok = false;
