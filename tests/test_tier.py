@@ -339,8 +339,11 @@ _MEMORY_TESTS = ("test_eviction_frees_memory_and_rows_are_reused",
 @pytest.mark.timeout(900)
 def test_table_optimizer_and_checkpoint_tests_pass_with_every_table_tiered():
     """The table, optimizer, lifecycle, kernel and checkpoint tests again,
-    with every SparseTable given a tier of one row per stripe in memory."""
-    env = dict(os.environ, TNET_TEST_TIER_BYTES="1")
+    with every SparseTable given a tier of one row per stripe in memory
+    (and reading ahead on every batch, as it does when misses hit the
+    disk)."""
+    env = dict(os.environ, TNET_TEST_TIER_BYTES="1",
+               TNET_TEST_TIER_READAHEAD="1")
     files = ["tests/test_table.py", "tests/test_optimizers.py",
              "tests/test_lifecycle.py", "tests/test_lookup_kernels.py",
              "tests/test_checkpoint.py", "tests/test_checkpoint_delta.py"]

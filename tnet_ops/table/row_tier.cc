@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -104,6 +105,17 @@ bool TierFile::Read(uint64_t record, char* dst, uint64_t n_records) const {
   return true;
 }
 
+void TierFile::ReadAhead(uint64_t record, uint64_t n_records) const {
+  const uint64_t seg = record / kSegmentRecords;
+  const uint64_t at = (record % kSegmentRecords) * record_bytes_;
+  char* base = maps_[seg].load(std::memory_order_acquire);
+  const uint64_t first = at / 4096 * 4096;
+  const uint64_t last =
+      (at + n_records * record_bytes_ + 4095) / 4096 * 4096;
+  madvise(base + first, std::min(last, segment_bytes_) - first,
+          MADV_WILLNEED);
+}
+
 bool TierFile::Write(uint64_t record, const char* src,
                      uint64_t n_records) const {
   EachPiece(record, n_records, kSegmentRecords,
@@ -114,6 +126,14 @@ bool TierFile::Write(uint64_t record, const char* src,
               src += take * record_bytes_;
             });
   return true;
+}
+
+bool RowTier::AlwaysReadAhead() {
+  static const bool always = [] {
+    const char* v = std::getenv("TNET_TEST_TIER_READAHEAD");
+    return v != nullptr && v[0] == '1';
+  }();
+  return always;
 }
 
 RowTier::RowTier(TierFile* file, size_t row_bytes, uint64_t budget_rows)
@@ -215,6 +235,7 @@ char* RowTier::Row(uint32_t id) {
     std::memset(scratch_.data(), 0, row_bytes_);
     return scratch_.data();
   }
+  const auto t0 = std::chrono::steady_clock::now();
   if (record_of_[id] == kNone ||
       !file_->Read(GlobalRecord(record_of_[id]), Slot(s), 1)) {
     if (record_of_[id] == kNone) errno = EINVAL;
@@ -223,6 +244,9 @@ char* RowTier::Row(uint32_t id) {
     std::memset(scratch_.data(), 0, row_bytes_);
     return scratch_.data();
   }
+  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now() - t0).count();
+  if (!reading_ahead_) miss_ns_ += (ns - miss_ns_) / 16;
   slot_of_[id] = s;
   id_of_[s] = id;
   referenced_[s] = 1;
@@ -234,11 +258,20 @@ char* RowTier::Row(uint32_t id) {
 const char* RowTier::Peek(uint32_t id, char* buf) {
   const uint32_t slot = slot_of_[id];
   if (slot != kNone) return Slot(slot);
-  if (record_of_[id] == kNone ||
-      !file_->Read(GlobalRecord(record_of_[id]), buf, 1)) {
+  const uint32_t rec = record_of_[id];
+  if (rec == kNone) {
+    errno = EINVAL;
     Fail("read a row");
     return nullptr;
   }
+  // A walk (export, checkpoint) reads records mostly in order: announce
+  // each run of kPeekAhead records once, so the disk reads it in one go
+  // (the mapping is MADV_RANDOM: no read-ahead of its own).
+  if (rec % kPeekAhead == 0 || rec != last_peek_ + 1) {
+    file_->ReadAhead(GlobalRecord(rec), kPeekAhead - rec % kPeekAhead);
+  }
+  last_peek_ = rec;
+  file_->Read(GlobalRecord(rec), buf, 1);
   return buf;
 }
 

@@ -65,6 +65,9 @@ class TierFile {
   // An I/O error of the disk under a mapped page is a SIGBUS, as for any
   // memory-mapped store; a full disk is caught by NewExtent.
   bool Read(uint64_t record, char* dst, uint64_t n_records) const;
+  // Asks the kernel to start reading the pages of n records (of one
+  // extent) in the background.
+  void ReadAhead(uint64_t record, uint64_t n_records = 1) const;
   bool Write(uint64_t record, const char* src, uint64_t n_records) const;
   // Disk bytes reserved by the file.
   uint64_t bytes() const {
@@ -113,6 +116,35 @@ class RowTier {
   // The row's bytes without caching it: the resident copy, or the record
   // read into buf (row_bytes). nullptr on a read error (failed()).
   const char* Peek(uint32_t id, char* buf);
+  // If `id` is a row whose only copy is on disk, starts reading it from
+  // the disk (no-op for kNone, resident rows and rows without a record).
+  void ReadAhead(uint32_t id) const {
+    if (id >= slot_of_.size() || slot_of_[id] != kNone ||
+        record_of_[id] == kNone) {
+      return;
+    }
+    file_->ReadAhead(GlobalRecord(record_of_[id]));
+  }
+  // Called at the start of a pull or push of a batch's rows: whether to
+  // announce them (ReadAhead) before reading them. Yes while misses are
+  // disk reads (the disk then serves the batch's misses in parallel, not
+  // one at a time); no while they are page-cache copies (the hint would
+  // only add a system call per miss). Misses are timed on the operations
+  // that do not read ahead: after 64 that do, one does not, to look again.
+  bool BeginBatch() {
+    if (AlwaysReadAhead()) return reading_ahead_ = true;
+    if (ahead_ops_ > 0) {
+      --ahead_ops_;
+      return reading_ahead_ = true;
+    }
+    if ((miss_ns_ > kSlowMissNs || AlwaysReadAhead()) && !probed_) {
+      ahead_ops_ = 63;
+      probed_ = true;
+      return reading_ahead_ = true;
+    }
+    probed_ = false;
+    return reading_ahead_ = false;
+  }
   // Writes back unreferenced rows until at most the budget is resident.
   // If the file cannot grow, the rows stay resident and full() turns true.
   void Trim();
@@ -145,6 +177,11 @@ class RowTier {
   void Fail(const char* what);
 
   static constexpr uint32_t kSlotsPerChunk = 256;
+  static constexpr int64_t kSlowMissNs = 5000;
+  // Tests: TNET_TEST_TIER_READAHEAD=1 reads ahead on every batch (their
+  // files sit in the page cache, where the tier would never choose to).
+  static bool AlwaysReadAhead();
+  static constexpr uint32_t kPeekAhead = 256;  // divides kExtentRecords
   TierFile* const file_;
   const size_t row_bytes_;
   const uint64_t budget_rows_;
@@ -165,6 +202,11 @@ class RowTier {
   std::vector<char> staging_;
   std::vector<char> scratch_;
   int64_t misses_ = 0, writebacks_ = 0, on_disk_ = 0;
+  int64_t miss_ns_ = 0;  // moving average of a miss's read time
+  int ahead_ops_ = 0;
+  bool probed_ = false;
+  bool reading_ahead_ = false;
+  uint32_t last_peek_ = kNone;
   std::string error_;
   std::string grow_error_;
 };

@@ -454,6 +454,11 @@ bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
           std::lock_guard<std::mutex> lock(s->mu);
           const RowArena& arena = s->arena;
           const int64_t misses0 = arena.tier() ? arena.tier()->misses() : 0;
+          if (RowTier* t = arena.tier(); t != nullptr && t->BeginBatch()) {
+            for (int64_t k = 0; k < m; ++k) {
+              t->ReadAhead(s->index.Candidate(it[k].h));
+            }
+          }
           constexpr int64_t D = kPrefetchDistance;
           for (int64_t k = -2 * D; k < m; ++k) {
             if (k + 2 * D < m) {
@@ -582,6 +587,11 @@ bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
           const RowArena& arena = s->arena;
           const int64_t misses0 = arena.tier() ? arena.tier()->misses() : 0;
           const int64_t ng = static_cast<int64_t>(groups.size());
+          if (RowTier* t = arena.tier(); t != nullptr && t->BeginBatch()) {
+            for (int64_t k = 0; k < ng; ++k) {
+              t->ReadAhead(s->index.Candidate(it[groups[k].item].h));
+            }
+          }
           constexpr int64_t D = kPrefetchDistance;
           for (int64_t k = -2 * D; k < ng; ++k) {
             if (k + 2 * D < ng) {
