@@ -5,6 +5,7 @@ the two; a kill -9 leaves nothing on disk and loses nothing checkpointed;
 the table and optimizer tests pass with every table tiered."""
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import signal
@@ -354,3 +355,46 @@ def test_table_optimizer_and_checkpoint_tests_pass_with_every_table_tiered():
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     passed = int(r.stdout.split(" passed")[0].split()[-1])
     assert passed >= 100, r.stdout[-2000:]
+
+
+@pytest.mark.timeout(600)
+def test_feature_spec_and_cli_train_the_same_with_a_tier(tmp_path):
+    """A user's feature spec (generated click log, int and string ids,
+    multi-valued and sequence features) with memory_budget_bytes and
+    storage_dir in its defaults, through `python -m tnet.train`: the same
+    hold-out metrics as the spec without them, and the export loads and
+    scores the same without tnet; the CLI flags alone do the same."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from support import byod_data as bd  # noqa: PLC0415
+
+    rs = bd.rows(3000, seed=11, users=2000)
+    train = bd.write_csv(tmp_path / "train.csv", rs[:2500], ",")
+    held = bd.write_csv(tmp_path / "eval.csv", rs[2500:], ",")
+    store = tmp_path / "store"
+    store.mkdir()
+    tiered = dict(bd.SPEC, defaults={**bd.SPEC["defaults"],
+                                     "memory_budget_bytes": 2048,
+                                     "storage_dir": str(store)})
+    runs = {}
+    for name, spec, flags in (
+            ("memory", bd.SPEC, []),
+            ("spec", tiered, []),
+            ("flags", bd.SPEC, ["--memory_budget_bytes=2048",
+                                f"--storage_dir={store}"])):
+        spec_path = bd.write_spec(tmp_path / f"{name}.json", spec)
+        out = tmp_path / name
+        proc = subprocess.run(
+            [sys.executable, "-m", "tnet.train", f"--feature_spec={spec_path}",
+             "--format=csv", f"--train_files={train}",
+             f"--eval_files={held}", f"--model_dir={out}",
+             "--hidden_units=8", "--batch_size=64", "--shuffle_buffer=0",
+             "--epochs=2", f"--export_dir={out / 'export'}", *flags],
+            cwd=ROOT, capture_output=True, text=True, timeout=500)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[name] = json.loads((out / "summary.json").read_text())
+    for name in ("spec", "flags"):
+        for key, value in runs["memory"]["eval"].items():
+            assert runs[name]["eval"][key] == pytest.approx(
+                value, abs=1e-6), (name, key)
+    assert runs["memory"]["eval"]["auc"] > 0.6
+    assert not list(store.iterdir())  # the tier's files die with the job
