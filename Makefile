@@ -7,7 +7,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh bench-tier
+.PHONY: demo test test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh bench-tier bench-pss-bytes
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,12 @@ bench-train: build
 
 bench-pss: build
 	$(PY) tools/bench_pss.py
+
+# Issue 29: what one SPARSE-HEAVY step moves through each ps (1 worker,
+# 2 ps) against the minimum U x (8 + 4 x dim), and its gRPC calls, counted
+# from gRPC's own trace. Not part of `make bench` (the trace is slow).
+bench-pss-bytes: build
+	$(PY) tools/bench_pss_bytes.py
 
 # tnet vs TensorFlow Recommenders-Addons 0.8.1 (WD-400, same synthetic
 # data). TFRA needs TF 2.16.2: the script creates .venv-tfra once (~2.3 GB).
