@@ -19,7 +19,9 @@ checkpoint's chunks), then runs --warmup + --steps training steps: a batch
 of --batch Zipf(--zipf) ids over the table's keys, a training pull and an
 Adagrad push of random gradients. Reported per configuration: fill rate
 (rows/s), step throughput (ids/s, pull + push), pull p50/p99 per batch,
-the tier's hit rate over the timed steps (1 - misses / lookups), disk bytes
+the tier's hit rate over the timed steps (1 - misses / lookups, where a
+pull looks up every id and a push every unique key), misses per step and
+the unique-key hit rate (1 - misses / unique keys pulled), disk bytes
 per row, memory (RSS) per row, and the export cursor's rate over the whole
 table (full rows: what a checkpoint reads; weights only: the serving
 export's read). Results (command, machine, date) go to --out
@@ -125,7 +127,11 @@ def _child(args) -> dict:
     lookups = after["tier_lookups"] - before["tier_lookups"]
     misses = after["tier_misses"] - before["tier_misses"]
     if lookups:
+        # lookups count a pull's ids (duplicates too) and a push's unique
+        # keys; misses are rows read from the file.
         out["hit_rate"] = 1 - misses / lookups
+        out["misses_per_step"] = misses / args.steps
+        out["unique_hit_rate"] = 1 - misses / uniques
         out["disk_bytes_per_row"] = after["tier_disk_bytes"] / rows
     for name, weights_only in (("export_full", False),
                                ("export_weights_only", True)):

@@ -264,14 +264,23 @@ const char* RowTier::Peek(uint32_t id, char* buf) {
     Fail("read a row");
     return nullptr;
   }
-  // A walk (export, checkpoint) reads records mostly in order: announce
-  // each run of kPeekAhead records once, so the disk reads it in one go
-  // (the mapping is MADV_RANDOM: no read-ahead of its own).
-  if (rec % kPeekAhead == 0 || rec != last_peek_ + 1) {
-    file_->ReadAhead(GlobalRecord(rec), kPeekAhead - rec % kPeekAhead);
+  // A walk (export, checkpoint) reads records largely in order. When
+  // reads come from the disk, announce each block of kPeekAhead records
+  // the walk enters, so the disk reads it in one go (the mapping is
+  // MADV_RANDOM: no read-ahead of its own); from the page cache, don't.
+  const bool ahead = miss_ns_ > kSlowMissNs || AlwaysReadAhead();
+  if (ahead && (last_peek_ == kNone ||
+                rec / kPeekAhead != last_peek_ / kPeekAhead)) {
+    file_->ReadAhead(GlobalRecord(rec - rec % kPeekAhead), kPeekAhead);
   }
   last_peek_ = rec;
+  const auto t0 = std::chrono::steady_clock::now();
   file_->Read(GlobalRecord(rec), buf, 1);
+  if (!ahead) {
+    miss_ns_ += (std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::steady_clock::now() - t0).count() -
+                 miss_ns_) / 16;
+  }
   return buf;
 }
 
@@ -318,47 +327,22 @@ void RowTier::Trim() {
   } else {
     grow_error_.clear();
   }
-  auto global = [&](uint32_t slot) {
-    return GlobalRecord(record_of_[id_of_[slot]]);
-  };
-  std::sort(victims.begin(), victims.end(),
-            [&](uint32_t a, uint32_t b) { return global(a) < global(b); });
-  // Runs of consecutive records go out in one write.
-  size_t i = 0;
-  bool ok = true;
-  while (i < victims.size() && ok) {
-    size_t j = i + 1;
-    while (j < victims.size() && global(victims[j]) == global(victims[j - 1]) + 1) {
-      ++j;
-    }
-    if (j - i == 1) {
-      ok = file_->Write(global(victims[i]), Slot(victims[i]), 1);
-    } else {
-      staging_.resize((j - i) * row_bytes_);
-      for (size_t k = i; k < j; ++k) {
-        std::memcpy(staging_.data() + (k - i) * row_bytes_, Slot(victims[k]),
-                    row_bytes_);
-      }
-      ok = file_->Write(global(victims[i]), staging_.data(), j - i);
-    }
-    if (!ok) break;
-    for (size_t k = i; k < j; ++k) {
-      const uint32_t slot = victims[k];
-      slot_of_[id_of_[slot]] = kNone;
-      id_of_[slot] = kNone;
-      referenced_[slot] = 0;
-      free_slots_.push_back(slot);
-      --resident_;
-      ++on_disk_;
-      ++writebacks_;
-    }
-    i = j;
+  // Each row goes to its record through the mapping (a memcpy), in record
+  // order: neighbouring records share pages, which then stay hot.
+  std::sort(victims.begin(), victims.end(), [&](uint32_t a, uint32_t b) {
+    return record_of_[id_of_[a]] < record_of_[id_of_[b]];
+  });
+  for (const uint32_t slot : victims) {
+    const uint32_t id = id_of_[slot];
+    file_->Write(GlobalRecord(record_of_[id]), Slot(slot), 1);
+    slot_of_[id] = kNone;
+    id_of_[slot] = kNone;
+    referenced_[slot] = 0;
+    free_slots_.push_back(slot);
+    --resident_;
+    ++on_disk_;
+    ++writebacks_;
   }
-  if (!ok) {
-    Fail("write rows back");
-    for (size_t k = i; k < victims.size(); ++k) referenced_[victims[k]] = 0;
-  }
-  if (staging_.capacity() > (size_t{1} << 24)) std::vector<char>().swap(staging_);
 }
 
 TierStats RowTier::Stats() const {
@@ -381,7 +365,7 @@ uint64_t RowTier::MemoryBytes() const {
           free_slots_.capacity() + free_records_.capacity()) *
              sizeof(uint32_t) +
          referenced_.capacity() + extents_.capacity() * sizeof(uint64_t) +
-         staging_.capacity() + scratch_.capacity();
+         scratch_.capacity();
 }
 
 }  // namespace tnet

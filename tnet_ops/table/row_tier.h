@@ -14,8 +14,8 @@
 //   if the row is on disk (a miss); the row counts as referenced;
 // - Trim() brings the cache back to its budget: CLOCK over the slots picks
 //   the rows not referenced since the last sweep and writes each back to its
-//   record (runs of consecutive records in one pwrite). Every evicted row is
-//   written back (the tier does not track which rows a caller modified).
+//   record. Every evicted row is written back (the tier does not track
+//   which rows a caller modified).
 // Pointers from Row() stay valid until the next Trim(); TableShard trims at
 // the end of each locked stripe operation, so a batch may hold its rows at
 // once and the cache may exceed its budget by one batch's rows of a stripe.
@@ -28,7 +28,8 @@
 // up or to trip on. The tier is a cache of the table, not a copy of it:
 // checkpoints are what survives a process (restore fills a fresh tier).
 // Not thread-safe: the owning stripe's lock guards a RowTier; a TierFile's
-// extent allocator has its own mutex and pread/pwrite are thread-safe.
+// extent allocator has its own mutex, and reads and writes of distinct
+// records through the mapping need no lock.
 #ifndef TNET_OPS_TABLE_ROW_TIER_H_
 #define TNET_OPS_TABLE_ROW_TIER_H_
 
@@ -199,7 +200,6 @@ class RowTier {
   std::vector<uint64_t> extents_;  // first global record of each extent
   std::vector<uint32_t> free_records_;
   uint32_t next_record_ = 0;
-  std::vector<char> staging_;
   std::vector<char> scratch_;
   int64_t misses_ = 0, writebacks_ = 0, on_disk_ = 0;
   int64_t miss_ns_ = 0;  // moving average of a miss's read time
