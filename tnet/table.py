@@ -45,7 +45,8 @@ _INT64_MAX = 2**63 - 1
 
 # Tests only: bytes of rows per shard in memory for every table created
 # without memory_budget_bytes (a disk tier in the temp directory), so the
-# table and optimizer tests run against the tier too (`make test-tier`).
+# table and optimizer tests run against the tier too
+# (tests/test_tier.py reruns them with it in a subprocess).
 TEST_TIER_ENV = "TNET_TEST_TIER_BYTES"
 
 # Columns of the sparse_table_stats op, in order.
@@ -272,7 +273,7 @@ class SparseTable(tf.Module):
         _check_lifecycle(name, min_count, admission_capacity, max_rows,
                          num_shards)
         if memory_budget_bytes is None and os.environ.get(TEST_TIER_ENV):
-            # Test hook (`make test-tier`): every table gets a disk tier.
+            # Test hook (TEST_TIER_ENV): every table gets a disk tier.
             memory_budget_bytes = int(os.environ[TEST_TIER_ENV]) * num_shards
             storage_dir = tempfile.gettempdir()
         _check_tier(name, memory_budget_bytes, storage_dir, num_shards)

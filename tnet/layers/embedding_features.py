@@ -27,8 +27,9 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
         for this layer's tables (see tn.SparseTable); a column's own
         min_count / max_rows win.
       memory_budget_bytes / storage_dir: the disk tier of each of this
-        layer's tables (see tn.SparseTable); a column's own win. `set_table_options` changes them until
-        the tables are created.
+        layer's tables (see tn.SparseTable); a column's own win.
+        `set_table_options` changes all of these until the tables are
+        created.
 
     Every table does one fused unique -> pull -> gather per call for all of
     its columns. In training (`training=True`) missing ids get rows; in
