@@ -70,6 +70,14 @@ def fuzz_runs(tmp_path_factory) -> list[dict]:
     workdir = tmp_path_factory.mktemp("fuzz")
     per = max(1, CASES // BATCHES)
     runs = [run_batch(SEED + i, per, workdir) for i in range(BATCHES)]
+    # An op drawn ~90 times that passes its checks in ~1 case of 10 still
+    # misses now and then (hypothesis does not draw its branches evenly):
+    # ops seen only succeeding or only rejected get one more batch of their
+    # own cases. A generator that never gets past an op's checks still fails.
+    short = one_sided(aggregate(runs)["by_op"], list_ops())
+    if short and not any("error" in r for r in runs):
+        runs.append(run_batch(SEED + BATCHES, 100 * len(short), workdir,
+                              ("--ops", ",".join(short))))
     if os.environ.get("FUZZ_RESULTS"):
         lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
         model = next((l.split(":", 1)[1].strip() for l in lscpu.splitlines()
@@ -82,6 +90,20 @@ def fuzz_runs(tmp_path_factory) -> list[dict]:
         pathlib.Path(os.environ["FUZZ_RESULTS"]).write_text(
             json.dumps(result, indent=1))
     return runs
+
+
+def list_ops() -> list[str]:
+    listed = subprocess.run(
+        [sys.executable, str(PROGRAM), "--list-ops"], capture_output=True,
+        text=True, check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    return json.loads(listed.stdout.strip().splitlines()[-1])["ops"]
+
+
+def one_sided(by_op: dict, ops: list[str]) -> list[str]:
+    """Ops never seen succeeding, or never seen rejected."""
+    return [op for op in ops
+            if not by_op.get(op, {}).get("ok")
+            or sum(by_op[op].values()) == by_op[op]["ok"]]
 
 
 def aggregate(runs: list[dict]) -> dict:
@@ -105,16 +127,11 @@ def test_fuzzed_ops_never_crash_hang_or_fail_badly(fuzz_runs):
 def test_every_registered_op_is_fuzzed_past_its_checks(fuzz_runs):
     """Each op must both succeed and be rejected in some cases: an op that
     only ever rejects was not fuzzed beyond its first check."""
-    listed = subprocess.run(
-        [sys.executable, str(PROGRAM), "--list-ops"], capture_output=True,
-        text=True, check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    ops = json.loads(listed.stdout.strip().splitlines()[-1])["ops"]
+    ops = list_ops()
     assert len(ops) >= 9, ops
     by_op = aggregate(fuzz_runs)["by_op"]
-    for op in ops:
-        outcomes = by_op.get(op, {})
-        assert outcomes.get("ok", 0) > 0, (op, outcomes)
-        assert sum(outcomes.values()) > outcomes.get("ok", 0), (op, outcomes)
+    assert not one_sided(by_op, ops), {
+        op: by_op.get(op, {}) for op in one_sided(by_op, ops)}
 
 
 def test_the_harness_reports_a_crash_with_its_case(tmp_path):

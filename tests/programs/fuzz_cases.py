@@ -248,13 +248,17 @@ def export_pending_case(draw) -> dict:
 
 @st.composite
 def import_pending_case(draw) -> dict:
-    """SparseTableImportPending: mostly equal lengths, finite counts and
-    ages in [0, 2^32); counters empty or [5] (sometimes negative)."""
+    """SparseTableImportPending: mostly equal lengths, finite non-negative
+    counts and ages in [0, 2^32); counters empty or [5]."""
     n = draw(sizes)
     length = mostly(st.just([n]), st.lists(sizes, min_size=0, max_size=2))
     keys = draw(tensor_of("int64", length, KEY_FILLS))
-    counts = draw(mostly(tensor_of("float32", length, ["rand", "value"]),
-                         tensor("float32", length)))
+    # Counts are non-negative: whole numbers below 1000 when valid; normal
+    # draws (mostly negative), single values and any tensor when not.
+    counts = draw(mostly(_ints_strategy("float32", length, 1000),
+                         st.one_of(tensor_of("float32", length,
+                                             ["rand", "value"]),
+                                   tensor("float32", length))))
     ages = draw(mostly(_ints_strategy("int64", length, 2**32),
                        tensor("int64", length)))
     counters = draw(mostly(
@@ -286,14 +290,15 @@ def import_case(draw) -> dict:
     meta = mostly(st.fixed_dictionaries({
         "dtype": st.just("float64"), "shape": st.just([n, 3]),
         "fill": st.sampled_from(["value", "value", "range"]),
-        "value": st.sampled_from([0.0, 1.0, 2.0**52, 2.0**53, -1.0, 0.5,
-                                  float("nan"), float("inf")]),
+        "value": mostly(st.sampled_from([0.0, 1.0, 2.0**52]),
+                        st.sampled_from([2.0**53, -1.0, 0.5, float("nan"),
+                                         float("inf")])),
         "seed": st.just(0)}),
         tensor("float64", st.lists(sizes, min_size=0, max_size=3)))
     return {"op": "SparseTableImport", "handle": h, "args": {
         "keys": k, "weights": draw(_rows(n, dim)),
         "slots": draw(_rows(n, slots)), "meta": draw(meta),
-    }, "attrs": {"dim": draw(st.one_of(st.just(dim), dim_attr))}}
+    }, "attrs": {"dim": draw(_dim(h))}}
 
 
 @st.composite
@@ -329,7 +334,9 @@ def rule_slots_case(draw) -> dict:
                                         "adam", "ftrl"]),
                        st.sampled_from(["", "zeros", "x" * 100, "Adagrad"])))
     return {"op": "TnetSparseRuleSlots", "handle": None, "args": {},
-            "attrs": {"optimizer": name, "dim": draw(dim_attr)}}
+            "attrs": {"optimizer": name,
+                      "dim": draw(mostly(st.sampled_from([1, 3, 4, 8, 16]),
+                                         dim_attr))}}
 
 
 @st.composite

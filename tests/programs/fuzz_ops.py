@@ -312,10 +312,17 @@ def main() -> int:
     p.add_argument("--shape-sweep", action="store_true",
                    help="run shape_sweep_cases(); print their outcomes")
     p.add_argument("--list-ops", action="store_true")
+    p.add_argument("--ops", help="comma-separated: fuzz only these ops")
     p.add_argument("--crash-at", type=int, default=-1,
                    help="abort() at this case (tests the harness itself)")
     a = p.parse_args()
     ops = tnet_ops()
+    if a.ops:
+        unknown = sorted(set(a.ops.split(",")) - set(ops))
+        if unknown:
+            p.error(f"--ops: not a registered tnet op: {', '.join(unknown)} "
+                    f"(known: {', '.join(ops)})")
+        ops = a.ops.split(",")
     if a.list_ops:
         print(json.dumps({"ops": ops, "targeted": sorted(fc.TARGETED)}))
         return 0
