@@ -84,12 +84,19 @@ def dir_bytes(path):
 
 
 # ------------------------------------------------------------- tnet side
-def build_model():
+def build_model(args=None):
+    """The model; with --budget_gb, its table has a disk tier (files in
+    --storage_dir, a cache of --budget_gb)."""
     import tnet as tn  # noqa: PLC0415  (first: selects tf_keras)
     import tensorflow as tf  # noqa: PLC0415
     import tf_keras  # noqa: PLC0415
+    tier = {}
+    if args is not None and args.budget_gb:
+        os.makedirs(args.storage_dir, exist_ok=True)
+        tier = {"memory_budget_bytes": int(args.budget_gb * GiB),
+                "storage_dir": args.storage_dir}
     col = tn.feature_column.embedding_column(
-        tn.feature_column.category_column("id"), DIM, table="ids")
+        tn.feature_column.category_column("id"), DIM, table="ids", **tier)
     inputs = {"id": tf_keras.Input((), dtype=tf.int64, name="id")}
     emb = tn.layers.EmbeddingFeatures([col], name="emb")(inputs)
     out = tf_keras.layers.Dense(1, name="out")(emb)
@@ -127,7 +134,7 @@ def sample_ids(rows):
 def stage_train_save(args):
     import numpy as np  # noqa: PLC0415
     import tnet as tn  # noqa: PLC0415
-    model = build_model()
+    model = build_model(args)
     out = {"rss_start": status("VmRSS")}
     model.fit({"id": ids(0, 256)}, np.zeros(256, np.float32),
               batch_size=256, epochs=1, verbose=0)
@@ -146,6 +153,7 @@ def stage_train_save(args):
     out["create"] = create.json()
     out["rows"] = int(table.size())
     out["table_bytes"] = int(table.memory_bytes())
+    out["table_stats"] = {k: int(v) for k, v in table.stats().items()}
     sample = sample_ids(args.rows)
     np.savez(os.path.join(args.work, "sample.npz"), id=sample,
              __expected__=model.predict({"id": sample}, batch_size=SAMPLE,
@@ -162,7 +170,7 @@ def stage_restore_export(args):
     import tnet as tn  # noqa: PLC0415
     import tensorflow as tf  # noqa: PLC0415
     out = {"rss_start": status("VmRSS")}
-    model = build_model()
+    model = build_model(args)
     table_of(model)
     with Step() as restore:
         tn.saving.restore(model, os.path.join(args.work, "ckpt"),
@@ -174,6 +182,12 @@ def stage_restore_export(args):
                           got, sample["__expected__"]))}
     out["rows"] = int(table_of(model).size())
     out["table_bytes"] = int(table_of(model).memory_bytes())
+    out["table_stats"] = {k: int(v)
+                          for k, v in table_of(model).stats().items()}
+    if args.drop_checkpoint:
+        # Disk: with a tier, the tier's file, the checkpoint and the export
+        # together may not fit; the table is restored, the checkpoint goes.
+        shutil.rmtree(os.path.join(args.work, "ckpt"), ignore_errors=True)
     export = os.path.join(args.work, "export", "1")
     shutil.rmtree(os.path.dirname(export), ignore_errors=True)
     with Step() as exp:
@@ -452,6 +466,11 @@ def run_stage(args, name):
         cmd += ["--structure", structure]
     if args.quantize:
         cmd += ["--quantize", args.quantize]
+    if args.budget_gb:
+        cmd += ["--budget_gb", str(args.budget_gb), "--storage_dir",
+                args.storage_dir]
+    if args.drop_checkpoint:
+        cmd += ["--drop_checkpoint"]
     env = dict(os.environ)
     if name.startswith("serve"):  # a plain TF process, as a server is
         env.pop("TF_USE_LEGACY_KERAS", None)
@@ -474,8 +493,10 @@ def run_stage(args, name):
 def markdown(info, args, res):
     from tools import _bench_common as bc  # noqa: PLC0415
     rows = args.rows
+    tier = (f", disk tier: {args.budget_gb:g} GiB cache, files in "
+            f"{args.storage_dir}" if args.budget_gb else "")
     lines = [bc.header_markdown(info, f"Scale: one table of {rows:,} rows "
-                                f"(dim {DIM}, RowwiseAdagrad)"), "",
+                                f"(dim {DIM}, RowwiseAdagrad{tier})"), "",
              "| stage | time | process peak RSS | RSS growth in the step | "
              "disk | result |", "|---|---|---|---|---|---|"]
 
@@ -497,6 +518,15 @@ def markdown(info, args, res):
             f"table {ts['table_bytes'] / GiB:.2f} GiB "
             f"({ts['table_bytes'] / max(ts['rows'], 1):.0f} B/row)")
         row("`tn.saving.save`", ts["save"], "ok", ts["save"]["bytes"])
+        st = ts.get("table_stats", {})
+        if st.get("tier_disk_bytes"):
+            lines.append(
+                f"| tier after create | | | | "
+                f"{st['tier_disk_bytes'] / 1e9:.2f} GB | "
+                f"{st.get('tier_resident', 0):,} rows resident, "
+                f"{st.get('tier_on_disk', 0):,} on disk; "
+                f"{st['tier_disk_bytes'] / max(ts['rows'], 1):.0f} B/row on "
+                "disk |")
     if re_.get("failed"):
         row("restore + export", None, f"failed (exit {re_['returncode']})")
     elif re_:
@@ -596,6 +626,14 @@ def main():
                    "over 2 ps tasks (local cluster) at this many rows")
     p.add_argument("--stages", default=",".join(STAGES),
                    help="comma-separated stages to run (default: all)")
+    p.add_argument("--budget_gb", type=float, default=0,
+                   help="give the table a disk tier whose cache holds this "
+                   "many GiB (0: all in memory)")
+    p.add_argument("--storage_dir", default="/var/tmp/tnet-scale-tier",
+                   help="the tier's files (with --budget_gb)")
+    p.add_argument("--drop_checkpoint", action="store_true",
+                   help="delete the checkpoint once restored, before the "
+                   "export (disk: tier file + checkpoint + export)")
     p.add_argument("--out", default=None)
     p.add_argument("--keep", action="store_true",
                    help="keep the checkpoint and export in --work")
