@@ -161,13 +161,14 @@ bool RowTier::TakeSlot(uint32_t* slot) {
     return true;
   }
   const size_t n = id_of_.size();
-  if (n >= kNone - 1) return false;
+  if (n >= kMaxIndex) return false;
   if (n % kSlotsPerChunk == 0) {
     char* c = static_cast<char*>(std::malloc(kSlotsPerChunk * row_bytes_));
     if (c == nullptr) return false;
     chunks_.push_back(c);
   }
   id_of_.push_back(kNone);
+  record_of_slot_.push_back(kNone);
   referenced_.push_back(0);
   *slot = static_cast<uint32_t>(n);
   return true;
@@ -180,6 +181,10 @@ uint32_t RowTier::NewRecord() {
     return r;
   }
   const uint32_t r = next_record_;
+  if (r > kMaxIndex) {
+    errno = EFBIG;
+    return kNone;
+  }
   if (r % TierFile::kExtentRecords == 0) {
     const uint64_t first = file_->NewExtent();
     if (first == TierFile::kNoExtent) return kNone;
@@ -190,14 +195,11 @@ uint32_t RowTier::NewRecord() {
 }
 
 bool RowTier::Allocate(uint32_t id) {
-  if (id >= slot_of_.size()) {
-    slot_of_.resize(id + 1, kNone);
-    record_of_.resize(id + 1, kNone);
-  }
+  if (id >= where_.size()) where_.resize(id + 1, kNone);
   uint32_t slot;
   if (!TakeSlot(&slot)) return false;
-  slot_of_[id] = slot;
-  record_of_[id] = kNone;
+  where_[id] = kResident | slot;
+  record_of_slot_[slot] = kNone;
   id_of_[slot] = id;
   referenced_[slot] = 1;
   ++resident_;
@@ -205,27 +207,29 @@ bool RowTier::Allocate(uint32_t id) {
 }
 
 void RowTier::Free(uint32_t id) {
-  const uint32_t slot = slot_of_[id];
-  if (slot != kNone) {
+  const uint32_t w = where_[id];
+  uint32_t rec = kNone;
+  if (Resident(w)) {
+    const uint32_t slot = w & kMaxIndex;
+    rec = record_of_slot_[slot];
+    record_of_slot_[slot] = kNone;
     id_of_[slot] = kNone;
     referenced_[slot] = 0;
     free_slots_.push_back(slot);
     --resident_;
-    slot_of_[id] = kNone;
-  } else if (record_of_[id] != kNone) {
+  } else if (w != kNone) {
+    rec = w;
     --on_disk_;
   }
-  if (record_of_[id] != kNone) {
-    free_records_.push_back(record_of_[id]);
-    record_of_[id] = kNone;
-  }
+  if (rec != kNone) free_records_.push_back(rec);
+  where_[id] = kNone;
 }
 
 char* RowTier::Row(uint32_t id) {
-  const uint32_t slot = slot_of_[id];
-  if (slot != kNone) {
-    referenced_[slot] = 1;
-    return Slot(slot);
+  const uint32_t w = where_[id];
+  if (Resident(w)) {
+    referenced_[w & kMaxIndex] = 1;
+    return Slot(w & kMaxIndex);
   }
   ++misses_;
   uint32_t s;
@@ -236,9 +240,8 @@ char* RowTier::Row(uint32_t id) {
     return scratch_.data();
   }
   const auto t0 = std::chrono::steady_clock::now();
-  if (record_of_[id] == kNone ||
-      !file_->Read(GlobalRecord(record_of_[id]), Slot(s), 1)) {
-    if (record_of_[id] == kNone) errno = EINVAL;
+  if (w == kNone || !file_->Read(GlobalRecord(w), Slot(s), 1)) {
+    if (w == kNone) errno = EINVAL;
     Fail("read a row");
     free_slots_.push_back(s);
     std::memset(scratch_.data(), 0, row_bytes_);
@@ -247,7 +250,8 @@ char* RowTier::Row(uint32_t id) {
   const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                        std::chrono::steady_clock::now() - t0).count();
   if (!reading_ahead_) miss_ns_ += (ns - miss_ns_) / 16;
-  slot_of_[id] = s;
+  where_[id] = kResident | s;
+  record_of_slot_[s] = w;
   id_of_[s] = id;
   referenced_[s] = 1;
   ++resident_;
@@ -256,9 +260,8 @@ char* RowTier::Row(uint32_t id) {
 }
 
 const char* RowTier::Peek(uint32_t id, char* buf) {
-  const uint32_t slot = slot_of_[id];
-  if (slot != kNone) return Slot(slot);
-  const uint32_t rec = record_of_[id];
+  const uint32_t rec = where_[id];
+  if (Resident(rec)) return Slot(rec & kMaxIndex);
   if (rec == kNone) {
     errno = EINVAL;
     Fail("read a row");
@@ -308,9 +311,8 @@ void RowTier::Trim() {
   }
   size_t with_record = 0;
   for (uint32_t slot : victims) {
-    const uint32_t id = id_of_[slot];
-    if (record_of_[id] == kNone) record_of_[id] = NewRecord();
-    if (record_of_[id] == kNone) {
+    if (record_of_slot_[slot] == kNone) record_of_slot_[slot] = NewRecord();
+    if (record_of_slot_[slot] == kNone) {
       referenced_[slot] = 0;  // stays resident: the file cannot grow
       continue;
     }
@@ -330,12 +332,13 @@ void RowTier::Trim() {
   // Each row goes to its record through the mapping (a memcpy), in record
   // order: neighbouring records share pages, which then stay hot.
   std::sort(victims.begin(), victims.end(), [&](uint32_t a, uint32_t b) {
-    return record_of_[id_of_[a]] < record_of_[id_of_[b]];
+    return record_of_slot_[a] < record_of_slot_[b];
   });
   for (const uint32_t slot : victims) {
-    const uint32_t id = id_of_[slot];
-    file_->Write(GlobalRecord(record_of_[id]), Slot(slot), 1);
-    slot_of_[id] = kNone;
+    const uint32_t rec = record_of_slot_[slot];
+    file_->Write(GlobalRecord(rec), Slot(slot), 1);
+    where_[id_of_[slot]] = rec;
+    record_of_slot_[slot] = kNone;
     id_of_[slot] = kNone;
     referenced_[slot] = 0;
     free_slots_.push_back(slot);
@@ -361,7 +364,7 @@ TierStats RowTier::Stats() const {
 uint64_t RowTier::MemoryBytes() const {
   return chunks_.size() * kSlotsPerChunk * row_bytes_ +
          chunks_.capacity() * sizeof(char*) +
-         (slot_of_.capacity() + record_of_.capacity() + id_of_.capacity() +
+         (where_.capacity() + id_of_.capacity() + record_of_slot_.capacity() +
           free_slots_.capacity() + free_records_.capacity()) *
              sizeof(uint32_t) +
          referenced_.capacity() + extents_.capacity() * sizeof(uint64_t) +

@@ -120,11 +120,8 @@ class RowTier {
   // If `id` is a row whose only copy is on disk, starts reading it from
   // the disk (no-op for kNone, resident rows and rows without a record).
   void ReadAhead(uint32_t id) const {
-    if (id >= slot_of_.size() || slot_of_[id] != kNone ||
-        record_of_[id] == kNone) {
-      return;
-    }
-    file_->ReadAhead(GlobalRecord(record_of_[id]));
+    if (id >= where_.size() || !OnDisk(where_[id])) return;
+    file_->ReadAhead(GlobalRecord(where_[id]));
   }
   // Called at the start of a pull or push of a batch's rows: whether to
   // announce them (ReadAhead) before reading them. Yes while misses are
@@ -165,6 +162,14 @@ class RowTier {
   uint64_t MemoryBytes() const;
 
  private:
+  // where_[id]: kNone (no copy yet, or a free id), kResident | slot (the
+  // row is in that cache slot; its record, if any, is record_of_slot_),
+  // else the record holding the row's only copy. One word per row id:
+  // with 500M rows a second word (slot and record apart) is 2 GB.
+  static constexpr uint32_t kResident = 0x80000000u;
+  static constexpr uint32_t kMaxIndex = kResident - 1;  // slots, records
+  static bool Resident(uint32_t w) { return w != kNone && (w & kResident); }
+  static bool OnDisk(uint32_t w) { return !(w & kResident); }
   char* Slot(uint32_t slot) const {
     return chunks_[slot / kSlotsPerChunk] +
            static_cast<size_t>(slot % kSlotsPerChunk) * row_bytes_;
@@ -186,12 +191,12 @@ class RowTier {
   TierFile* const file_;
   const size_t row_bytes_;
   const uint64_t budget_rows_;
-  // Per row id.
-  std::vector<uint32_t> slot_of_;
-  std::vector<uint32_t> record_of_;
+  // Per row id (see Resident()).
+  std::vector<uint32_t> where_;
   // Per cache slot.
   std::vector<char*> chunks_;
   std::vector<uint32_t> id_of_;
+  std::vector<uint32_t> record_of_slot_;  // the resident row's record
   std::vector<uint8_t> referenced_;
   std::vector<uint32_t> free_slots_;
   uint32_t hand_ = 0;
