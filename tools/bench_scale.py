@@ -116,8 +116,13 @@ def table_of(model):
 def ids(start, stop):
     """Distinct ids spread over int64 (an odd multiplier mod 2^62)."""
     import numpy as np  # noqa: PLC0415
-    k = np.arange(start, stop, dtype=np.uint64) * np.uint64(
-        0x9E3779B97F4A7C15 >> 2 | 1)
+    return ids_at(np.arange(start, stop, dtype=np.uint64))
+
+
+def ids_at(positions):
+    """ids(0, n)[positions] without building ids(0, n) (4 GB at 500M)."""
+    import numpy as np  # noqa: PLC0415
+    k = positions.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15 >> 2 | 1)
     return (k & np.uint64((1 << 62) - 1)).astype(np.int64)
 
 
@@ -125,7 +130,7 @@ def sample_ids(rows):
     """Half known ids, half never seen (they must read the zero row)."""
     import numpy as np  # noqa: PLC0415
     rng = np.random.default_rng(7)
-    known = ids(0, rows)[rng.integers(0, rows, SAMPLE // 2)] if rows else \
+    known = ids_at(rng.integers(0, rows, SAMPLE // 2)) if rows else \
         np.zeros(0, np.int64)
     unknown = ids(rows, rows + SAMPLE - known.size)
     return np.concatenate([known, unknown])
