@@ -169,10 +169,11 @@ def one(spec: str, jsonl: str, data_dir: str) -> None:
                                epochs, batches,
                                None if wide_ftrl == "-" else float(wide_ftrl))
     elif case in ("tfrecord_mv", "two_tower"):
-        if kind != "adagrad" or init != "-":
-            raise SystemExit(f"{case}: Adagrad, default initializer only")
+        if kind != "adagrad" or (init != "-" and side != "tnet"):
+            raise SystemExit(f"{case}: Adagrad; an initializer for tnet only")
         extra = (tfrecord_mv.run if case == "tfrecord_mv" else two_tower.run)(
-            side, int(seed), epochs, None if acc == "-" else float(acc))
+            side, int(seed), epochs, None if acc == "-" else float(acc),
+            None if init == "-" else CANDIDATES[init])
         if case == "tfrecord_mv":
             auc, extra = extra, {}
         else:

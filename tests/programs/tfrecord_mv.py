@@ -137,10 +137,12 @@ def _inputs():
                               sparse=True) for s in SLOTS}
 
 
-def user_model(accumulator: float | None = None) -> tn.Model:
+def user_model(accumulator: float | None = None,
+               initializer=None) -> tn.Model:
     """The TensorNet-style Wide&Deep (examples/tensornet_style.py), with
     Adagrad for the dense part too, so both sides run one optimizer.
-    `accumulator`: the rows' Adagrad start (None: tnet's default)."""
+    `accumulator`: the rows' Adagrad start (None: tnet's default);
+    `initializer`: the deep columns' (None: tnet's default)."""
     kw = ({} if accumulator is None
           else {"row_initial_accumulator_value": accumulator})
     inputs = _inputs()
@@ -150,7 +152,10 @@ def user_model(accumulator: float | None = None) -> tn.Model:
         [fc.embedding_column(ids[s], 1, table="linear") for s in LINEAR_SLOTS],
         sparse_opt, name="linear_input")
     deep = tn.layers.EmbeddingFeatures(
-        [fc.embedding_column(ids[s], 8, table="deep") for s in DEEP_SLOTS],
+        [fc.embedding_column(ids[s], 8, table="deep",
+                             **({} if initializer is None
+                                else {"initializer": initializer}))
+         for s in DEEP_SLOTS],
         sparse_opt, name="deep_input")
     x = deep(inputs)
     for i, units in enumerate(HIDDEN):
@@ -207,12 +212,13 @@ def oracle_auc(data_dir: pathlib.Path = DATA_DIR) -> float:
 
 
 def run(side: str, seed: int, epochs: int = 2,
-        accumulator: float | None = None) -> float:
-    """One trained model's hold-out AUC (side "tnet" | "stock")."""
+        accumulator: float | None = None, initializer=None) -> float:
+    """One trained model's hold-out AUC (side "tnet" | "stock";
+    `initializer`: tnet's deep columns only, None for the default)."""
     from tnet.data.metrics import auc
     tf_keras.utils.set_random_seed(seed)
     train, hold = datasets(seed)
-    model = (user_model(accumulator) if side == "tnet"
+    model = (user_model(accumulator, initializer) if side == "tnet"
              else stock_model(accumulator))
     model.fit(train, epochs=epochs, verbose=0)
     labels, scores = [], []

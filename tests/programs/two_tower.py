@@ -106,14 +106,24 @@ def batches(examples, seed):
          for k, v in examples.items()}).prefetch(2)
 
 
-def tnet_model(accumulator: float | None = None):
+def tnet_model(accumulator: float | None = None, initializer=None):
+    """`initializer` (probes only): every table's, in place of tnet's
+    default (TwoTower takes none, so its column factory is wrapped)."""
     kw = ({} if accumulator is None
           else {"row_initial_accumulator_value": accumulator})
-    model = tn.models.TwoTower(
-        user_features=("segment",), history="history",
-        history_max_length=HISTORY, pooling="mean", embedding_dim=DIM,
-        output_dim=DIM, hidden_units=(64,), temperature=0.1,
-        sampling_probability_key="item_prob")
+    from tnet import feature_column as fc
+    factory = fc.embedding_column
+    if initializer is not None:
+        fc.embedding_column = lambda *a, **k: factory(
+            *a, **{"initializer": initializer, **k})
+    try:
+        model = tn.models.TwoTower(
+            user_features=("segment",), history="history",
+            history_max_length=HISTORY, pooling="mean", embedding_dim=DIM,
+            output_dim=DIM, hidden_units=(64,), temperature=0.1,
+            sampling_probability_key="item_prob")
+    finally:
+        fc.embedding_column = factory
     model.compile(tn.optimizer.Adagrad(LR, **kw))
     return model
 
@@ -216,12 +226,13 @@ def reference_recall(data, ks=KS) -> dict:
 
 
 def run(side: str, seed: int, epochs: int = 2,
-        accumulator: float | None = None) -> dict:
-    """One trained model's hold-out recall@k (side "tnet" | "stock")."""
+        accumulator: float | None = None, initializer=None) -> dict:
+    """One trained model's hold-out recall@k (side "tnet" | "stock";
+    `initializer`: tnet only, None for the default)."""
     data = generate()
     tf_keras.utils.set_random_seed(seed)
-    model = tnet_model(accumulator) if side == "tnet" else stock_model(
-        accumulator)
+    model = (tnet_model(accumulator, initializer) if side == "tnet"
+             else stock_model(accumulator))
     for epoch in range(epochs):
         model.fit(batches(data["train"], seed * 1000 + epoch), epochs=1,
                   verbose=0)
