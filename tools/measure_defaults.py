@@ -149,7 +149,7 @@ def library_wide_deep_auc(case: str, seed: int, accumulator: float | None,
     return _holdout_auc(model, evals)
 
 
-def one(spec: str, jsonl: str, data_dir: str) -> None:
+def one(spec: str, jsonl: str, data_dir: str, curve: bool = False) -> None:
     """Trains one model (see --one) and appends its result to `jsonl`."""
     import math
     import time
@@ -171,14 +171,18 @@ def one(spec: str, jsonl: str, data_dir: str) -> None:
     elif case in ("tfrecord_mv", "two_tower"):
         if kind != "adagrad" or (init != "-" and side != "tnet"):
             raise SystemExit(f"{case}: Adagrad; an initializer for tnet only")
+        by_epoch = [] if curve else None
         extra = (tfrecord_mv.run if case == "tfrecord_mv" else two_tower.run)(
             side, int(seed), epochs, None if acc == "-" else float(acc),
-            None if init == "-" else CANDIDATES[init])
+            None if init == "-" else CANDIDATES[init], by_epoch)
         if case == "tfrecord_mv":
             auc, extra = extra, {}
         else:
             auc = extra[f"recall_at_{RECALL_K}"]
             extra = {"metric": f"recall@{RECALL_K}", "score": auc, **extra}
+        if curve:   # the score after every epoch (not read by --summarize)
+            extra = {**({"auc": auc} if case == "tfrecord_mv" else {}),
+                     **extra, "by_epoch": by_epoch}
     elif case in ("criteo_wd", "avazu_wd"):
         if side != "tnet" or kind != "adagrad" or init != "-":
             raise SystemExit(f"{case}: tnet with Adagrad only")
@@ -257,6 +261,9 @@ def main() -> None:
     p.add_argument("--one", help="case,side,optimizer,accumulator,seed"
                    "[,initializer[,epochs]]: one run appended to --jsonl")
     p.add_argument("--jsonl", help="where --one appends its result")
+    p.add_argument("--curve", action="store_true",
+                   help="with --one, tfrecord_mv|two_tower: also record the "
+                   "score after every epoch (by_epoch)")
     p.add_argument("--summarize", metavar="JSONL",
                    help="print the markdown table of a --one study")
     p.add_argument("--seeds", type=int, default=3)
@@ -272,7 +279,7 @@ def main() -> None:
         print(summarize(args.summarize))
         return
     if args.one:
-        one(args.one, args.jsonl, args.data_dir)
+        one(args.one, args.jsonl, args.data_dir, args.curve)
         return
     info = bc.run_info()
     results = []

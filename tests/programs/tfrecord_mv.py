@@ -211,18 +211,37 @@ def oracle_auc(data_dir: pathlib.Path = DATA_DIR) -> float:
     return float(auc(truth["label"].astype(np.float32), truth["logit"]))
 
 
-def run(side: str, seed: int, epochs: int = 2,
-        accumulator: float | None = None, initializer=None) -> float:
-    """One trained model's hold-out AUC (side "tnet" | "stock";
-    `initializer`: tnet's deep columns only, None for the default)."""
+def _holdout_auc(model, hold) -> float:
     from tnet.data.metrics import auc
-    tf_keras.utils.set_random_seed(seed)
-    train, hold = datasets(seed)
-    model = (user_model(accumulator, initializer) if side == "tnet"
-             else stock_model(accumulator))
-    model.fit(train, epochs=epochs, verbose=0)
     labels, scores = [], []
     for features, y in hold:
         scores.append(np.asarray(model(features, training=False)).reshape(-1))
         labels.append(np.asarray(y).reshape(-1))
     return float(auc(np.concatenate(labels), np.concatenate(scores)))
+
+
+class _EachEpoch(tf_keras.callbacks.Callback):
+    """Appends the hold-out AUC after every epoch to `out` (scoring reads
+    the model only, so the training is the same as without it)."""
+
+    def __init__(self, hold, out: list):
+        super().__init__()
+        self.hold, self.out = hold, out
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.out.append(_holdout_auc(self.model, self.hold))
+
+
+def run(side: str, seed: int, epochs: int = 2,
+        accumulator: float | None = None, initializer=None,
+        curve: list | None = None) -> float:
+    """One trained model's hold-out AUC (side "tnet" | "stock";
+    `initializer`: tnet's deep columns only, None for the default;
+    `curve`: a list that gets the hold-out AUC after every epoch)."""
+    tf_keras.utils.set_random_seed(seed)
+    train, hold = datasets(seed)
+    model = (user_model(accumulator, initializer) if side == "tnet"
+             else stock_model(accumulator))
+    model.fit(train, epochs=epochs, verbose=0,
+              callbacks=[] if curve is None else [_EachEpoch(hold, curve)])
+    return _holdout_auc(model, hold)

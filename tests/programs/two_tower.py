@@ -226,9 +226,11 @@ def reference_recall(data, ks=KS) -> dict:
 
 
 def run(side: str, seed: int, epochs: int = 2,
-        accumulator: float | None = None, initializer=None) -> dict:
+        accumulator: float | None = None, initializer=None,
+        curve: list | None = None) -> dict:
     """One trained model's hold-out recall@k (side "tnet" | "stock";
-    `initializer`: tnet only, None for the default)."""
+    `initializer`: tnet only, None for the default; `curve`: a list that
+    gets recall@50 after every epoch)."""
     data = generate()
     tf_keras.utils.set_random_seed(seed)
     model = (tnet_model(accumulator, initializer) if side == "tnet"
@@ -236,4 +238,6 @@ def run(side: str, seed: int, epochs: int = 2,
     for epoch in range(epochs):
         model.fit(batches(data["train"], seed * 1000 + epoch), epochs=1,
                   verbose=0)
+        if curve is not None:
+            curve.append(recall(model, data, (50,))["recall_at_50"])
     return recall(model, data)
