@@ -25,7 +25,12 @@ nothing is lost when one dies; every run appends a JSON line to --jsonl:
 models vs stock, tests/programs/user_models.py), sparse_heavy (tnet's
 SPARSE-HEAVY Wide&Deep, `batches` of 4096, default 64), or
 criteo_wd|avazu_wd (tnet's own tn.models.WideDeep, as the CLI builds it,
-on the same real rows as criteo|avazu; batches ignored);
+on the same real rows as criteo|avazu; batches ignored), tfrecord_mv
+(a TensorNet-style model on generated tf.Example TFRecords vs stock,
+tests/programs/tfrecord_mv.py; hold-out AUC) or two_tower (tnet's
+TwoTower vs a stock tfrs two-tower on generated interactions,
+tests/programs/two_tower.py; hold-out recall@50 in "score", with
+"metric" naming it, and recall@10 beside it);
 side tnet|stock; accumulator "-" for the side's default, else Adagrad's
 start (tnet: the rows' only, dense keeps Keras' 0.1; stock: every
 variable's); initializer "-" for the default or a CANDIDATES key.
@@ -43,7 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tnet  # noqa: E402,F401  (selects tf_keras before TensorFlow loads)
 
-from tests.programs import user_models  # noqa: E402
+from tests.programs import tfrecord_mv, two_tower, user_models  # noqa: E402
 from tools import _bench_common as bc  # noqa: E402
 
 CANDIDATES = {
@@ -56,6 +61,7 @@ CANDIDATES = {
 
 
 SPARSE_HEAVY_BATCH = 4096
+RECALL_K = 50      # two_tower's score (recall@10 is recorded beside it)
 
 
 def sparse_heavy_auc(seed: int, accumulator: float | None, init,
@@ -143,7 +149,7 @@ def library_wide_deep_auc(case: str, seed: int, accumulator: float | None,
     return _holdout_auc(model, evals)
 
 
-def one(spec: str, jsonl: str, data_dir: str) -> None:
+def one(spec: str, jsonl: str, data_dir: str, curve: bool = False) -> None:
     """Trains one model (see --one) and appends its result to `jsonl`."""
     import math
     import time
@@ -154,6 +160,7 @@ def one(spec: str, jsonl: str, data_dir: str) -> None:
     batches = int(parts[7]) if len(parts) > 7 else 64
     wide_ftrl = parts[8] if len(parts) > 8 else "-"
     start = time.time()
+    extra = {}
     if case == "sparse_heavy":
         if side != "tnet" or kind != "adagrad":
             raise SystemExit("sparse_heavy: tnet with Adagrad only")
@@ -161,6 +168,21 @@ def one(spec: str, jsonl: str, data_dir: str) -> None:
                                None if init == "-" else CANDIDATES[init],
                                epochs, batches,
                                None if wide_ftrl == "-" else float(wide_ftrl))
+    elif case in ("tfrecord_mv", "two_tower"):
+        if kind != "adagrad" or (init != "-" and side != "tnet"):
+            raise SystemExit(f"{case}: Adagrad; an initializer for tnet only")
+        by_epoch = [] if curve else None
+        extra = (tfrecord_mv.run if case == "tfrecord_mv" else two_tower.run)(
+            side, int(seed), epochs, None if acc == "-" else float(acc),
+            None if init == "-" else CANDIDATES[init], by_epoch)
+        if case == "tfrecord_mv":
+            auc, extra = extra, {}
+        else:
+            auc = extra[f"recall_at_{RECALL_K}"]
+            extra = {"metric": f"recall@{RECALL_K}", "score": auc, **extra}
+        if curve:   # the score after every epoch (not read by --summarize)
+            extra = {**({"auc": auc} if case == "tfrecord_mv" else {}),
+                     **extra, "by_epoch": by_epoch}
     elif case in ("criteo_wd", "avazu_wd"):
         if side != "tnet" or kind != "adagrad" or init != "-":
             raise SystemExit(f"{case}: tnet with Adagrad only")
@@ -178,7 +200,8 @@ def one(spec: str, jsonl: str, data_dir: str) -> None:
               if case == "sparse_heavy" else
               {"wide_ftrl_accumulator": wide_ftrl}
               if case in ("criteo_wd", "avazu_wd") else {}),
-           "auc": auc, "finite": math.isfinite(auc),
+           **({"auc": auc} if not extra else extra),
+           "finite": math.isfinite(auc),
            "seconds": round(time.time() - start, 1),
            "commit": bc.run_info()["git_commit"],
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -188,9 +211,24 @@ def one(spec: str, jsonl: str, data_dir: str) -> None:
 
 
 def summarize(jsonl: str) -> str:
-    """Markdown table of a --one study: mean, per-seed AUC, difference to
-    stock with Keras' defaults of the same case, optimizer and epochs."""
-    rows = [json.loads(line) for line in open(jsonl) if line.strip()]
+    """Markdown table of a --one study: mean, per-seed AUC (or the case's
+    own metric, named beside the case), difference to stock with Keras'
+    defaults of the same case, optimizer and epochs."""
+    rows = []
+    for line in open(jsonl):
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        if "metric" not in r:
+            rows.append(r)
+            continue
+        # A score other than AUC names its metric beside the case;
+        # two_tower's recall@10 gets rows of its own.
+        rows.append({**r, "auc": r["score"],
+                     "case": f"{r['case']} ({r['metric']})"})
+        if "recall_at_10" in r and r["metric"] != "recall@10":
+            rows.append({**r, "auc": r["recall_at_10"],
+                         "case": f"{r['case']} (recall@10)"})
     groups: dict = {}
     for r in rows:
         key = (r["case"], r["optimizer"], r["epochs"], r["side"],
@@ -223,6 +261,9 @@ def main() -> None:
     p.add_argument("--one", help="case,side,optimizer,accumulator,seed"
                    "[,initializer[,epochs]]: one run appended to --jsonl")
     p.add_argument("--jsonl", help="where --one appends its result")
+    p.add_argument("--curve", action="store_true",
+                   help="with --one, tfrecord_mv|two_tower: also record the "
+                   "score after every epoch (by_epoch)")
     p.add_argument("--summarize", metavar="JSONL",
                    help="print the markdown table of a --one study")
     p.add_argument("--seeds", type=int, default=3)
@@ -238,7 +279,7 @@ def main() -> None:
         print(summarize(args.summarize))
         return
     if args.one:
-        one(args.one, args.jsonl, args.data_dir)
+        one(args.one, args.jsonl, args.data_dir, args.curve)
         return
     info = bc.run_info()
     results = []
