@@ -73,9 +73,6 @@ def ps_timeout() -> float:
     return float(os.environ.get("TNET_PS_TIMEOUT", DEFAULT_PS_TIMEOUT))
 
 
-_COLLECT = object()   # tells the error reaper to run the cyclic collector
-
-
 def _install_ps_failure_policy() -> None:
     """Replaces ClusterCoordinator's count of ignored ps failures by a time
     budget.
@@ -105,17 +102,11 @@ def _install_ps_failure_policy() -> None:
     # failure), and freeing a function removes it from every remote task
     # with one blocking call each, which took 17-19 s after a healed 20 s
     # ps cut (a closure thread stalled in mark_finished, measured).
-    # An error and its traceback's frames are also a reference cycle, which
-    # only the cyclic collector frees, in whatever thread it next runs; so
-    # the reaper also collects when the first step after failures finishes
-    # (the cycles of that streak die here, not in a closure thread).
     graveyard: "queue.SimpleQueue" = queue.SimpleQueue()
 
     def reap():
-        import gc  # noqa: PLC0415
         while True:
-            if graveyard.get() is _COLLECT:
-                gc.collect()
+            graveyard.get()
 
     threading.Thread(target=reap, name="tnet-error-reaper", daemon=True).start()
 
@@ -145,7 +136,6 @@ def _install_ps_failure_policy() -> None:
         if streaks:
             with lock:
                 graveyard.put(list(streaks.values()))
-                graveyard.put(_COLLECT)
                 streaks.clear()
         return finished(self)
 
