@@ -63,6 +63,9 @@ $CXX -std=c++17 -O1 -g $driver_flags -I. tools/sanitizers/table_stress.cc \
   tnet_ops/table/table_shard.cc tnet_ops/table/table_shard_rows.cc tnet_ops/table/row_tier.cc -pthread -o "$out/table_stress"
 "$out/table_stress" "${DRIVER_SECONDS:-20}" 4 4
 "$out/table_stress" "${DRIVER_SECONDS:-20}" 4 1
+# The same with a disk tier whose cache holds 16 KiB of rows: every
+# operation also moves rows between the cache and the tier's file.
+"$out/table_stress" "${DRIVER_SECONDS:-20}" 4 4 16384
 
 if [ "$kind" = tsan ] && [ "${TSAN_PYTHON:-0}" != 1 ]; then
   # Under Python every kernel runs inside uninstrumented TensorFlow: TSan
