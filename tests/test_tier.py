@@ -398,3 +398,128 @@ def test_feature_spec_and_cli_train_the_same_with_a_tier(tmp_path):
                 value, abs=1e-6), (name, key)
     assert runs["memory"]["eval"]["auc"] > 0.6
     assert not list(store.iterdir())  # the tier's files die with the job
+
+
+_SAVE_CHILD = textwrap.dedent("""
+    import os, sys, time
+    import numpy as np, tensorflow as tf
+    import tf_keras
+    import tnet as tn
+    from tnet.saving import checkpoint as ck
+    out, store = sys.argv[1], sys.argv[2]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[3])))
+    from test_tier import _save_kill_model, _save_kill_data
+    model = _save_kill_model(memory_budget_bytes=16384, storage_dir=store)
+    data = _save_kill_data()
+    model.fit(data, epochs=1, verbose=0)
+    def dump(n):
+        tables = {name: [x.numpy() for x in t.export()]
+                  for name, t in model.tables().items()}
+        np.savez(os.path.join(out, f"state-{n}.npz"),
+                 **{f"{name}:{i}": x for name, xs in tables.items()
+                    for i, x in enumerate(xs)},
+                 **{f"dense:{i}": w for i, w in enumerate(model.get_weights())})
+    dump(1)
+    tn.saving.save(model, os.path.join(out, "ck"), step=1)
+    print("SAVED 1", flush=True)
+    model.fit(data, epochs=1, verbose=0)
+    write_part = ck._write_part
+    calls = []
+    def slow_write_part(*a, **k):
+        n = write_part(*a, **k)
+        calls.append(1)
+        if len(calls) == 2:   # one shard's part written, more to come
+            print("MID", flush=True)
+            time.sleep(60)
+        return n
+    ck._write_part = slow_write_part
+    dump(2)
+    tn.saving.save(model, os.path.join(out, "ck"), step=2)
+    print("SAVED 2", flush=True)
+""")
+
+
+def _save_kill_data():
+    rng = np.random.default_rng(11)
+    n = 4096
+    user = (rng.zipf(1.3, (n, 1)) % 20_000).astype(np.int64)
+    lengths = rng.integers(0, 5, n)
+    items = tf.RaggedTensor.from_row_lengths(
+        (rng.zipf(1.2, lengths.sum()) % 30_000).astype(np.int64), lengths)
+    y = ((user[:, 0] % 5) < 2).astype(np.float32)
+    return tf.data.Dataset.from_tensor_slices(
+        ({"user": user, "items": items}, y)).batch(128)
+
+
+def _save_kill_model(**tier):
+    import tf_keras  # noqa: PLC0415
+    tf_keras.utils.set_random_seed(3)
+    cols = [tn.feature_column.embedding_column(
+                tn.feature_column.category_column("user"), 8),
+            tn.feature_column.embedding_column(
+                tn.feature_column.category_column("items"), 8)]
+    inputs = {"user": tf_keras.Input((1,), dtype=tf.int64, name="user"),
+              "items": tf_keras.Input((None,), dtype=tf.int64, ragged=True,
+                                      name="items")}
+    emb = tn.layers.EmbeddingFeatures(cols, num_shards=2, **tier)(inputs)
+    out = tf_keras.layers.Dense(1, activation="sigmoid")(
+        tf_keras.layers.Dense(8, activation="relu")(emb))
+    model = tn.Model(inputs, out)
+    model.compile(optimizer=tn.optimizer.Adagrad(0.05),
+                  loss="binary_crossentropy")
+    return model
+
+
+def test_kill9_during_a_save_of_a_tiered_model_keeps_the_last_checkpoint(
+        tmp_path):
+    """A process whose model's tables are tiered is SIGKILLed in the middle
+    of writing its second checkpoint (one shard's part written): the tier
+    leaves no file, the half-written checkpoint is never picked up, and a
+    fresh process restores the first checkpoint exactly (every table's
+    keys, rows, slots and meta, and the dense weights), into a tiered model
+    on the same directory, and saves over the debris."""
+    store = tmp_path / "store"
+    store.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("TNET_TEST_TIER_BYTES", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SAVE_CHILD, str(tmp_path), str(store),
+         __file__], stdout=subprocess.PIPE, text=True, env=env)
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line.strip())
+            if line.startswith("MID"):
+                proc.send_signal(signal.SIGKILL)
+                break
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert seen[-2:] == ["SAVED 1", "MID"], seen
+    assert os.listdir(store) == []
+    ckdir = tmp_path / "ck"
+    assert not (ckdir / "ckpt-2").exists(), os.listdir(ckdir)
+
+    model = _save_kill_model(memory_budget_bytes=16384,
+                             storage_dir=str(store))
+    assert tn.saving.restore(model, str(ckdir)) == 1
+    want = np.load(tmp_path / "state-1.npz")
+    tables = model.tables()
+    assert len(tables) >= 1
+    for name, table in tables.items():
+        got = [x.numpy() for x in table.export()]
+        order_got = np.argsort(got[0])
+        order_want = np.argsort(want[f"{name}:0"])
+        assert len(got[0]) > 400, (name, len(got[0]))
+        for i in range(4):
+            np.testing.assert_array_equal(
+                got[i][order_got], want[f"{name}:{i}"][order_want],
+                err_msg=f"{name}: part {i}")
+        assert table.stats()["tier_on_disk"] > 0
+    for i, w in enumerate(model.get_weights()):
+        np.testing.assert_array_equal(w, want[f"dense:{i}"])
+    # A new save in the same directory goes past the killed one's debris.
+    model.fit(_save_kill_data(), epochs=1, verbose=0)
+    tn.saving.save(model, str(ckdir), step=2)
+    assert tn.saving.restore(_save_kill_model(), str(ckdir)) == 2
