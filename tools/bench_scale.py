@@ -164,6 +164,7 @@ def stage_train_save(args):
              __expected__=model.predict({"id": sample}, batch_size=SAMPLE,
                                         verbose=0))
     ckpt = os.path.join(args.work, "ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)   # an earlier run's, if kept
     with Step() as save:
         path = tn.saving.save(model, ckpt, progress=lambda _: None)
     out["save"] = {**save.json(), "bytes": dir_bytes(path), "path": path}
@@ -206,6 +207,35 @@ def stage_restore_export(args):
                      "payload_bytes": entry["matrix_bytes"]
                      + entry["scale_bytes"] + entry["index_bytes"],
                      "quantize": args.quantize}
+    return out
+
+
+def stage_restore_save(args):
+    """Restore the newest checkpoint in a fresh process, check it, save it
+    again as the next step and drop the older one: run N times after
+    train_save (`--alternate N`), restore and save alternate on the same
+    table and disk, each timed."""
+    import numpy as np  # noqa: PLC0415
+    import tnet as tn  # noqa: PLC0415
+    out = {"rss_start": status("VmRSS")}
+    model = build_model(args)
+    table_of(model)
+    ckpt = os.path.join(args.work, "ckpt")
+    with Step() as restore:
+        step = tn.saving.restore(model, ckpt, progress=lambda _: None)
+    sample = np.load(os.path.join(args.work, "sample.npz"))
+    got = model.predict({"id": sample["id"]}, batch_size=SAMPLE, verbose=0)
+    out["restore"] = {**restore.json(), "step": int(step),
+                      "bit_exact": bool(np.array_equal(
+                          got, sample["__expected__"]))}
+    old = [os.path.join(ckpt, d) for d in os.listdir(ckpt)]
+    with Step() as save:
+        path = tn.saving.save(model, ckpt, step=int(step) + 1,
+                              progress=lambda _: None)
+    out["save"] = {**save.json(), "bytes": dir_bytes(path), "path": path}
+    for d in old:
+        if os.path.abspath(d) != os.path.abspath(path):
+            shutil.rmtree(d, ignore_errors=True)
     return out
 
 
@@ -458,6 +488,7 @@ def run_pss(args):
 STAGES = {"train_save": stage_train_save,
           "restore_export": stage_restore_export, "serve": stage_serve}
 EXTRA_STAGES = {"structures": stage_structures, "pss_chief": stage_pss_chief,
+                "restore_save": stage_restore_save,
                 "serve_structure": stage_serve_structure}
 
 
@@ -555,6 +586,24 @@ def markdown(info, args, res):
         lines.append("Serving latency (single calls, ms): " + ", ".join(
             f"batch {b}: p50 {v['p50_ms']:.2f} / p99 {v['p99_ms']:.2f}"
             for b, v in lat.items()) + ".")
+    rounds = [res[f"restore_save_{i}"] for i in range(1, len(res) + 1)
+              if f"restore_save_{i}" in res]
+    if rounds:
+        lines += ["", "Restore and save alternating on the same table and "
+                  "disk (each round a fresh process: restore the newest "
+                  "checkpoint, check it, save it as the next step):", "",
+                  "| round | restore | save | checkpoint | restore / save "
+                  "throughput | restore result |", "|---|---|---|---|---|---|"]
+        for i, r in enumerate(rounds, 1):
+            if r.get("failed"):
+                lines.append(f"| {i} | failed (exit {r['returncode']}) | | | | |")
+                continue
+            rs, sv_ = r["restore"], r["save"]
+            lines.append(
+                f"| {i} | {rs['seconds']:.1f} s | {sv_['seconds']:.1f} s | "
+                f"{sv_['bytes'] / 1e9:.2f} GB | "
+                f"{sv_['seconds'] / rs['seconds']:.2f}x | "
+                + ("bit-exact" if rs["bit_exact"] else "**differs**") + " |")
     st = res.get("structures")
     if st and not st.get("failed"):
         payload = st["payload_bytes"]
@@ -639,6 +688,10 @@ def main():
     p.add_argument("--drop_checkpoint", action="store_true",
                    help="delete the checkpoint once restored, before the "
                    "export (disk: tier file + checkpoint + export)")
+    p.add_argument("--alternate", type=int, default=0, metavar="N",
+                   help="after the stages, N rounds of restore then save "
+                   "(each in a fresh process) of the newest checkpoint: "
+                   "restore and save throughput in one run")
     p.add_argument("--out", default=None)
     p.add_argument("--keep", action="store_true",
                    help="keep the checkpoint and export in --work")
@@ -657,6 +710,14 @@ def main():
         res[name] = run_stage(args, name)
         if res[name].get("failed"):
             break
+    for i in range(args.alternate):
+        res[f"restore_save_{i + 1}"] = r = run_stage(args, "restore_save")
+        if r.get("failed"):
+            break
+        log(f"  round {i + 1}: restore {r['restore']['seconds']:.1f} s "
+            f"(bit-exact {r['restore']['bit_exact']}), save "
+            f"{r['save']['seconds']:.1f} s: restore / save throughput "
+            f"{r['save']['seconds'] / r['restore']['seconds']:.2f}x")
     if args.pss_rows:
         res["pss"] = run_pss(args)
     if args.structure_rows:
