@@ -49,19 +49,24 @@ def optimizer(kind: str, stock: bool, lr: float | None = None,
     `accumulator` (Adagrad only, for measuring defaults): stock: Keras'
     initial_accumulator_value (every variable); tnet: the table rows'
     (row_initial_accumulator_value; dense variables keep Keras' 0.1).
+    kind "rowwise_adagrad": tnet's RowwiseAdagrad (one accumulator per
+    row, Keras' Adagrad for the dense part); stock: Keras' Adagrad.
     """
-    lr = lr if lr is not None else {"adam": 1e-3, "adagrad": 0.05}[kind]
+    lr = lr if lr is not None else {"adam": 1e-3, "adagrad": 0.05,
+                                    "rowwise_adagrad": 0.05}[kind]
     kw = {}
     if accumulator is not None:
-        if kind != "adagrad":
+        if kind not in ("adagrad", "rowwise_adagrad"):
             raise ValueError("accumulator is an Adagrad setting")
         kw = {("initial_accumulator_value" if stock
                else "row_initial_accumulator_value"): accumulator}
-    if stock:
+    if stock:   # Keras has no row-wise Adagrad: a stock user takes Adagrad
         return {"adam": tf_keras.optimizers.Adam,
-                "adagrad": tf_keras.optimizers.Adagrad}[kind](lr, **kw)
+                "adagrad": tf_keras.optimizers.Adagrad,
+                "rowwise_adagrad": tf_keras.optimizers.Adagrad}[kind](lr, **kw)
     return {"adam": tn.optimizer.Adam,
-            "adagrad": tn.optimizer.Adagrad}[kind](lr, **kw)
+            "adagrad": tn.optimizer.Adagrad,
+            "rowwise_adagrad": tn.optimizer.RowwiseAdagrad}[kind](lr, **kw)
 
 
 # ------------------------------------------------------------------ Criteo
