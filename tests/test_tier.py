@@ -334,7 +334,14 @@ def test_a_model_trains_the_same_with_its_tables_on_disk(tmp_path):
 _MEMORY_TESTS = ("test_eviction_frees_memory_and_rows_are_reused",
                  "test_cap_is_never_exceeded_and_memory_stays_flat",
                  "test_memory_bytes_falls_after_eviction",
-                 "test_dev_head10k_min_count_2_drops_exactly_the_singletons")
+                 "test_dev_head10k_min_count_2_drops_exactly_the_singletons",
+                 # Peak RSS (VmHWM) of a save: with a tier it also counts
+                 # the pages of the tier's mapped file that the save reads
+                 # (page cache, reclaimable; 40-90 MB here for 2M rows),
+                 # which VmHWM cannot tell from heap. The tier's save
+                 # memory is measured in BENCHMARKS.md (500M rows: anonymous
+                 # memory flat through the save).
+                 "test_save_memory_stays_bounded_for_2m_rows")
 
 
 @pytest.mark.timeout(900)
