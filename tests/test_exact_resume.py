@@ -52,6 +52,7 @@ def draw(rng, pairs, max_shards=2):
     tables = []
     for rule, options in pairs:
         every = int(rng.integers(1, 4))
+        small_cap = int(rng.integers(8, 21))
         tables.append({
             "rule": rule, "options": sorted(options),
             "num_shards": int(rng.integers(1, max_shards + 1)),
@@ -65,6 +66,14 @@ def draw(rng, pairs, max_shards=2):
             "every": every,
             "users": int(rng.integers(200, 2000)),
             "zipf": float(rng.uniform(1.2, 1.6))})
+        case = tables[-1]
+        if len(options) > 1:
+            # Two options on one table: admission and eviction keep rows
+            # few, so the cap must be small to act, and decay must take
+            # an admitted row (show >= min_count) below its threshold.
+            case["max_rows"] = small_cap
+            if "min_count" in options:
+                case["threshold"] *= case["min_count"]
     return {"k": k, "m": m, "seed": int(rng.integers(1 << 30)),
             "batch": int(rng.choice([32, 64])), "tables": tables}
 
