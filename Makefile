@@ -24,11 +24,12 @@ build: $(STAMP)
 # A wheel with the op library and the bind shim inside, for this platform,
 # Python and TensorFlow (version 0.1.0+tf<X.Y.Z>, requires tensorflow==X.Y.Z;
 # tnet/_lib/build_info.json records it): dist/tnet-*.whl. Install it with
-# pip into any environment that has that TensorFlow.
+# pip into any environment that has that TensorFlow. DIST: where it goes.
+DIST ?= dist
 wheel: $(STAMP)
 	rm -rf build/lib* build/bdist*
-	$(PY) -m pip wheel --quiet --no-build-isolation --no-deps -w dist .
-	@ls -1 dist/tnet-*.whl
+	$(PY) -m pip wheel --quiet --no-build-isolation --no-deps -w $(DIST) .
+	@ls -1 $(DIST)/tnet-*.whl
 
 # The main job on its embedded default: a local cluster (2 ps, 2 workers) on
 # 127.0.0.1 trains Wide&Deep on synthetic data, evaluates, exports a

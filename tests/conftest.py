@@ -30,16 +30,17 @@ def data_file(relative: str) -> pathlib.Path:
 
 
 def fuzz_seed() -> int:
-    """The op fuzzer's seed for this run: FUZZ_SEED, else a new one drawn
-    once per pytest process (so every run fuzzes new cases)."""
+    """The seed of this run's random cases (the op fuzzer, the exact-resume
+    matrix, where the bad-input tests put the damage): FUZZ_SEED, else a
+    new one drawn once per pytest process (so every run tries new cases)."""
     if not os.environ.get("FUZZ_SEED"):
         os.environ["FUZZ_SEED"] = str(int.from_bytes(os.urandom(3), "little"))
     return int(os.environ["FUZZ_SEED"])
 
 
 def pytest_report_header(config):
-    return (f"op fuzzer seed: FUZZ_SEED={fuzz_seed()} (set it to replay this "
-            "run's cases)")
+    return (f"random cases seed: FUZZ_SEED={fuzz_seed()} (set it to replay "
+            "this run's cases)")
 
 
 # Long tests (full-size quality comparisons, long fault scenarios, scale):

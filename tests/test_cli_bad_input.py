@@ -188,6 +188,107 @@ def test_daily_loop_fails_with_status_4_and_counts_skips(tmp_path):
     assert state[days[1]]["eval_before_training"]["examples"] == 498
 
 
+def _bad_day_file(kind: str, folder: pathlib.Path, rng) -> tuple:
+    """Writes one damaged file of `kind` into a day's folder; returns its
+    path and what the one-line message must say, where the damage is
+    computed here from how the file was written."""
+    rs = bd.rows(300, seed=int(rng.integers(1 << 30)))
+    at = int(rng.integers(5, 295))  # 0-based row of the damage
+    if kind == "truncated_gz":
+        whole = bd.write_tfrecord(folder / "whole.tfrecord.gz.tmp", rs,
+                                  gzip_it=True).read_bytes()
+        (folder / "whole.tfrecord.gz.tmp").unlink()
+        cut = folder / "b.tfrecord.gz"
+        cut.write_bytes(whole[:int(len(whole) * rng.uniform(0.2, 0.8))])
+        inflated = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(
+            cut.read_bytes())
+        first_bad = _tfrecord_spans(inflated) + 1
+        assert 1 < first_bad < 300
+        return cut, f"b.tfrecord.gz:{first_bad}: unreadable TFRecord record"
+    if kind == "text":
+        path = bd.write_tfrecord(folder / "b.tfrecord", rs,
+                                 damaged={at: b"plain text, not a proto"})
+        return path, f"b.tfrecord:{at + 1}: not a serialized tf.Example"
+    if kind == "csv":
+        path = bd.write_csv(folder / "b.csv", rs, damaged={
+            at: bd.csv_line(dict(rs[at], user_id="u9"), ",")})
+        # data row i is line i + 2 (the header is line 1)
+        return path, f"b.csv:{at + 2}: user_id `u9` is not an int64 id"
+    if kind == "parquet":
+        path = bd.write_parquet(folder / "b.parquet",
+                                rs[:at] + [dict(rs[at], click=4)] + rs[at + 1:])
+        return path, (f"b.parquet:{at + 1}: feature 'click' is not a label "
+                      "in [0, 1]")
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", [
+    "truncated_gz", "csv", "parquet",
+    # a text record takes the binary record's path (the daily test above)
+    pytest.param("text", marks=pytest.mark.long)])
+def test_daily_loop_names_each_kind_of_bad_input(tmp_path, kind):
+    """The daily loop (--day_pattern) with a truncated .tfrecord.gz, a text
+    record, a CSV row that does not match the spec, a Parquet label out
+    of range, on day 2 (read first by day 2's evaluation before training)
+    beside a good file: exit 4, one line naming file:record (file:line),
+    no traceback; day 1 stays trained. Where the damage sits is drawn
+    from FUZZ_SEED."""
+    from tests.conftest import fuzz_seed  # noqa: PLC0415
+    if kind == "parquet":
+        pytest.importorskip("pyarrow")
+    rng = np.random.default_rng([fuzz_seed(), 26])
+    bd.write_spec(tmp_path / "spec.json")
+    days = ["2026-11-01", "2026-11-02"]
+    ext = {"csv": "csv", "parquet": "parquet"}.get(kind, "tfrecord")
+    writer = {"csv": bd.write_csv, "parquet": bd.write_parquet}.get(
+        kind, bd.write_tfrecord)
+    for i, day in enumerate(days):
+        writer(tmp_path / "data" / day / f"a.{ext}", bd.rows(200, i))
+    path, expect = _bad_day_file(kind, tmp_path / "data" / days[1], rng)
+    res = _train(tmp_path, f"--format={ext}", f"--days={days[0]}..{days[1]}",
+                 f"--day_pattern={tmp_path}/data/{{day}}/*",
+                 f"--checkpoint_dir={tmp_path / 'ck'}")
+    line = _one_line(res)
+    assert f"{days[1]}/{expect}" in line, line
+    assert "Rewrite or remove the file" in line or "--bad_rows=skip" in line
+    state = json.loads((tmp_path / "ck" / "days.json").read_text())["days"]
+    assert sorted(state) == days[:1]
+
+
+def test_parquet_bad_input_through_the_cli(tmp_path):
+    """--format=parquet with --train_files: a label out of range in a later
+    row group, a column of another type, a truncated file: exit 4, one
+    line naming the file (and the 1-based row), no traceback."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq  # noqa: PLC0415
+    bd.write_spec(tmp_path / "spec.json")
+    rs = bd.rows(400, seed=11)
+    good = bd.write_parquet(tmp_path / "eval.parquet", rs[:100])
+    bad = bd.write_parquet(tmp_path / "bad.parquet",
+                           rs[:250] + [dict(rs[250], click=3)] + rs[251:],
+                           row_group_size=64)
+    line = _one_line(_train(tmp_path, "--format=parquet",
+                            f"--train_files={good},{bad}",
+                            f"--eval_files={good}"))
+    assert "bad.parquet:251: feature 'click' is not a label in [0, 1]" in line, line
+    # user_id written as strings where the spec says int64
+    typed = tmp_path / "typed.parquet"
+    table = pq.read_table(str(good))
+    table = table.set_column(table.schema.get_field_index("user_id"), "user_id",
+                             pa.array([f"u{r['user_id']}" for r in rs[:100]]))
+    pq.write_table(table, str(typed))
+    line = _one_line(_train(tmp_path, "--format=parquet",
+                            f"--train_files={typed}", f"--eval_files={good}"))
+    assert "typed.parquet" in line and "user_id" in line, line
+    # a copy cut short: no footer
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(bad.read_bytes()[:bad.stat().st_size // 2])
+    line = _one_line(_train(tmp_path, "--format=parquet",
+                            f"--train_files={good},{cut}",
+                            f"--eval_files={good}"))
+    assert "cut.parquet" in line, line
+
+
 @pytest.mark.long
 @pytest.mark.parametrize("mode", ["fail", "skip"])
 def test_bad_input_under_a_cluster(tmp_path, mode):
@@ -252,6 +353,39 @@ def test_scan_files_counts_per_file(tmp_path):
                              null_label_rows=(0, 250, 251))
         found = tn.data.scan_files(spec, str(p), "parquet")
         assert (found[0].records, found[0].skipped) == (500, 3)
+
+
+def test_damaged_parquet_is_named(tmp_path):
+    """A Parquet file cut short (no footer) or with a damaged page: the
+    readers raise one BadDataError naming the file (and, for a page, the
+    first row of its row group, taken from the file's own metadata), and
+    scan_files reports it as damaged."""
+    pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq  # noqa: PLC0415
+    from tnet.data import readers  # noqa: PLC0415
+    spec = spec_lib.load(bd.write_spec(tmp_path / "spec.json"))
+    p = bd.write_parquet(tmp_path / "p.parquet", bd.rows(400, seed=12),
+                         row_group_size=64)
+    cut = tmp_path / "cut.parquet"
+    cut.write_bytes(p.read_bytes()[:p.stat().st_size // 2])
+    with pytest.raises(readers.BadDataError,
+                       match=r"cut.parquet: unreadable Parquet file"):
+        readers.count_records(str(cut), "parquet")
+    assert "cut.parquet: unreadable" in tn.data.scan_files(
+        spec, str(cut), "parquet")[0].damaged
+    # Garbage over the pages of row group 3 (rows 129-192).
+    meta = pq.ParquetFile(str(p)).metadata.row_group(2)
+    start = min(meta.column(i).data_page_offset for i in range(meta.num_columns))
+    end = max(meta.column(i).data_page_offset + meta.column(i).total_compressed_size
+              for i in range(meta.num_columns))
+    data = bytearray(p.read_bytes())
+    data[start:end] = b"\xab" * (end - start)
+    page = tmp_path / "page.parquet"
+    page.write_bytes(bytes(data))
+    found = tn.data.scan_files(spec, str(page), "parquet")[0]
+    assert found.damaged.startswith(f"{page}:129: unreadable Parquet file"), \
+        found.damaged
+    assert found.records == 128
 
 
 def test_gzip_cut_at_a_record_boundary_is_named(tmp_path):

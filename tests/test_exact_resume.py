@@ -1,11 +1,21 @@
 """A resumed run is the same model: train k steps, save, SIGKILL, restore
 in a fresh process, train m more; every key, row, slot, meta, pending
-admission entry, lifecycle counter, the optimizer step and the predictions
-equal an uninterrupted run of k + m steps. For each table lifecycle option
-(admission min_count, row cap max_rows, eviction with decay and TTL) and
-each sparse rule."""
+admission entry, lifecycle counter, the optimizer step, every dense and
+optimizer variable and the predictions equal an uninterrupted run of k + m
+steps. For each table lifecycle option (admission min_count, row cap
+max_rows, TTL eviction, show decay with threshold eviction) and each sparse
+rule.
+
+A property test: each run draws its cases (k, m, the data seed, and per
+table its rule, option(s), shard count and the options' parameters) from
+FUZZ_SEED (conftest.py prints it; set it to replay a run). One model holds
+one table per case, so one killed-and-resumed run (three processes)
+covers many cases: in `make test` one run covers every rule and every
+option (10 of the 20 pairs); the long tests run every pair, pairs of
+options on one table and up to 3 shards a table, in 4 more draws."""
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import signal
@@ -18,14 +28,54 @@ import pytest
 import tnet as tn  # noqa: F401
 import tensorflow as tf
 
+from tests.conftest import fuzz_seed
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "programs" / "resume_lifecycle.py"
 
-# Every rule meets every lifecycle option once over the rows; the pairs
-# are spread so the whole matrix costs 5 resumed runs, not 15.
-CASES = [("adagrad", "min_count"), ("ftrl", "min_count"),
-         ("adam", "max_rows"), ("sgd", "evict"),
-         ("rowwise_adagrad", "evict")]
+RULES = ("sgd", "adagrad", "rowwise_adagrad", "adam", "ftrl")
+OPTIONS = ("min_count", "max_rows", "ttl", "decay")
+
+
+def test_the_matrix_names_every_sparse_rule():
+    """A new rule in tnet/optimizer/sparse.py joins the resume matrix."""
+    from tnet.optimizer import sparse  # noqa: PLC0415
+    assert sorted(RULES) == sorted(sparse._BY_NAME)  # noqa: SLF001
+
+
+def draw(rng, pairs, max_shards=2):
+    """A run's spec (see tests/programs/resume_lifecycle.py): one table per
+    (rule, options) pair, every parameter drawn from rng. Parameters are
+    drawn so each option acts within k + m steps: min_count leaves keys
+    pending, the cap frees rows, TTL and decay evict."""
+    k, m = int(rng.integers(3, 13)), int(rng.integers(3, 13))
+    tables = []
+    for rule, options in pairs:
+        every = int(rng.integers(1, 4))
+        small_cap = int(rng.integers(8, 21))
+        tables.append({
+            "rule": rule, "options": sorted(options),
+            "num_shards": int(rng.integers(1, max_shards + 1)),
+            "min_count": int(rng.integers(2, 5)),
+            "max_rows": int(rng.integers(20, 60)),
+            # a row one step old outlives ttl only if maintenance runs
+            # after it: keep ttl + every below k + m
+            "ttl_steps": int(rng.integers(1, max(2, min(6, k + m - every)))),
+            "decay_rate": float(rng.uniform(0.3, 0.9)),
+            "threshold": float(rng.uniform(1.0, 2.5)),
+            "every": every,
+            "users": int(rng.integers(200, 2000)),
+            "zipf": float(rng.uniform(1.2, 1.6))})
+        case = tables[-1]
+        if len(options) > 1:
+            # Two options on one table: admission and eviction keep rows
+            # few, so the cap must be small to act, and decay must take
+            # an admitted row (show >= min_count) below its threshold.
+            case["max_rows"] = small_cap
+            if "min_count" in options:
+                case["threshold"] *= case["min_count"]
+    return {"k": k, "m": m, "seed": int(rng.integers(1 << 30)),
+            "batch": int(rng.choice([32, 64])), "tables": tables}
 
 
 def _run(tmp, *args, expect_kill=False):
@@ -33,7 +83,7 @@ def _run(tmp, *args, expect_kill=False):
                f"{os.environ.get('PYTHONPATH', '')}", TF_CPP_MIN_LOG_LEVEL="2",
                CUDA_VISIBLE_DEVICES="")
     out = subprocess.run([sys.executable, str(PROGRAM), *args], cwd=tmp,
-                         env=env, capture_output=True, text=True, timeout=300)
+                         env=env, capture_output=True, text=True, timeout=600)
     if expect_kill:
         assert out.returncode == -signal.SIGKILL, out.stderr[-3000:]
         assert "SAVED" in out.stdout
@@ -41,29 +91,68 @@ def _run(tmp, *args, expect_kill=False):
         assert out.returncode == 0, out.stderr[-3000:]
 
 
-@pytest.mark.parametrize("rule,lifecycle", CASES)
-def test_killed_and_resumed_run_equals_the_uninterrupted_one(
-        tmp_path, rule, lifecycle):
-    common = ["--rule", rule, "--lifecycle", lifecycle]
+def check_resume(tmp_path, spec):
+    """Runs whole / first (killed) / second on spec; every array of the
+    resumed run equals the uninterrupted run's, and each table's options
+    did something the resume had to carry."""
+    cases = tmp_path / "cases.json"
+    cases.write_text(json.dumps(spec, indent=1))
+    replay = (f"FUZZ_SEED={fuzz_seed()}; cases: {cases}; k={spec['k']} "
+              f"m={spec['m']}")
     whole, resumed = tmp_path / "whole.npz", tmp_path / "resumed.npz"
     ckpt = str(tmp_path / "ckpt")
+    common = ["--cases", str(cases)]
     _run(tmp_path, "--mode", "whole", "--out", str(whole), *common)
     _run(tmp_path, "--mode", "first", "--ckpt", ckpt, *common,
          expect_kill=True)
     _run(tmp_path, "--mode", "second", "--ckpt", ckpt, "--out", str(resumed),
          *common)
     a, b = np.load(whole), np.load(resumed)
-    assert sorted(a.files) == sorted(b.files)
+    assert sorted(a.files) == sorted(b.files), replay
     differ = [k for k in a.files if not np.array_equal(a[k], b[k])]
-    assert not differ, f"differs after the resume: {differ}"
-    # The option did something the resume had to carry over.
-    if lifecycle == "min_count":
-        assert len(a["t/pending_keys"]) > 0
-        assert a["t/counters"][1] > 0  # rejected pushes
-    elif lifecycle == "max_rows":
-        assert a["t/counters"][4] > 0  # rows freed by the cap
-    else:
-        assert a["t/counters"][2] > 0  # evicted
+    if differ:
+        named = {f"t{i}": f"{c['rule']}+{'+'.join(c['options'])}"
+                 for i, c in enumerate(spec["tables"])}
+        pytest.fail(f"differs after the resume: "
+                    f"{[(k, named.get(k.split('/')[0], '')) for k in differ]}"
+                    f" ({replay})")
+    assert int(a["iterations"]) == spec["k"] + spec["m"]
+    # Each option did something the resume had to carry over (counters
+    # per shard: admitted, rejected, evicted, pending_dropped, cap_evicted).
+    idle = []
+    for i, case in enumerate(spec["tables"]):
+        counters = a[f"t{i}/counters"].sum(axis=0)
+        acted = {"min_count": len(a[f"t{i}/pending_keys"]) > 0
+                 and counters[1] > 0,
+                 "max_rows": counters[4] > 0,
+                 "ttl": counters[2] > 0, "decay": counters[2] > 0}
+        idle += [(f"t{i}", case["rule"], o) for o in case["options"]
+                 if not acted[o]]
+    assert not idle, f"options that never acted: {idle} ({replay})"
+
+
+def test_killed_and_resumed_run_equals_the_uninterrupted_one(tmp_path):
+    """`make test`: one model of 10 tables, each rule with two of the four
+    options (one table each) and each option on two or three rules, which
+    rule meets which option drawn anew each run; the long test below runs
+    the whole matrix."""
+    rng = np.random.default_rng([fuzz_seed(), 0])
+    rules, options = rng.permutation(RULES), rng.permutation(OPTIONS)
+    pairs = [(str(r), (str(options[(2 * i + j) % 4]),))
+             for i, r in enumerate(rules) for j in (0, 1)]
+    check_resume(tmp_path, draw(rng, pairs))
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("draw_index", range(1, 5))
+def test_resume_matrix_long(tmp_path, draw_index):
+    """The matrix again with other draws: every rule x option pair, every
+    rule x pair of options, up to 3 shards a table."""
+    rng = np.random.default_rng([fuzz_seed(), draw_index])
+    pairs = [(r, (o,)) for r in RULES for o in OPTIONS]
+    pairs += [(r, tuple(rng.choice(OPTIONS, 2, replace=False)))
+              for r in RULES]
+    check_resume(tmp_path, draw(rng, pairs, max_shards=3))
 
 
 def test_pending_state_moves_to_another_shard_count_and_back():

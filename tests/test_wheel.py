@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 
 import pytest
 import tensorflow as tf
@@ -85,40 +84,43 @@ dataset = tf.data.Dataset.from_tensor_slices(
 '''
 
 
+def _make_wheel(dist: pathlib.Path) -> subprocess.CompletedProcess:
+    """`make wheel` with its wheel in `dist`, built by this interpreter's
+    environment (the one that already has the pinned requirements): its
+    requirements stamp is not remade (-o), so make runs the wheel recipe
+    itself and installs nothing."""
+    venv = pathlib.Path(sys.executable).parents[1]
+    return subprocess.run(
+        ["make", "-C", str(ROOT), "wheel", f"VENV={venv}",
+         f"PY={sys.executable}", f"DIST={dist}",
+         "-o", str(venv / ".tnet-requirements")],
+        env=_env(), capture_output=True, text=True, timeout=1800)
+
+
 def _fresh_venv(tmp_path: pathlib.Path) -> pathlib.Path:
-    """A new virtualenv that sees the pinned requirements the way
-    --system-site-packages would (this interpreter's site-packages, less
-    any tnet installed there, through a .pth line), so that no download is
-    needed; tnet itself comes only from the wheel."""
+    """A new virtualenv (no system site-packages, nothing linked from this
+    environment) with the pinned requirements installed by pip from
+    requirements.txt, as a user would (pip's cache makes repeats cheap)."""
     venv = tmp_path / "venv"
     subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True)
-    deps = tmp_path / "pinned-deps"
-    deps.mkdir()
-    site = pathlib.Path(sysconfig.get_paths()["purelib"])
-    for entry in site.iterdir():
-        name = entry.name.lower()
-        if name.startswith(("tnet", "__editable__", "_tnet")) or name.endswith(".pth"):
-            continue
-        (deps / entry.name).symlink_to(entry)
     py = venv / "bin" / "python"
-    venv_site = subprocess.run(
-        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True).stdout.strip()
-    pathlib.Path(venv_site, "pinned_deps.pth").write_text(f"{deps}\n")
+    res = subprocess.run(
+        [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "-r", str(ROOT / "requirements.txt")], cwd=tmp_path, env=_env(),
+        capture_output=True, text=True, timeout=3600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     return py
 
 
 @pytest.mark.long
 def test_wheel_installs_and_trains_in_a_fresh_venv(tmp_path):
     dist = tmp_path / "dist"
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
-         "--no-deps", "-w", str(dist), str(ROOT)], cwd=ROOT, env=_env(),
-        capture_output=True, text=True, timeout=1800)
+    build = _make_wheel(dist)
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     wheels = list(dist.glob("tnet-*.whl"))
     assert len(wheels) == 1, wheels
     wheel = wheels[0]
+    assert str(wheel) in build.stdout  # the recipe lists what it built
     # Tagged for this TensorFlow: the version's local label and the pin.
     assert f"+tf{tf.__version__}-cp3" in wheel.name, wheel.name
     import zipfile  # noqa: PLC0415
@@ -135,11 +137,18 @@ def test_wheel_installs_and_trains_in_a_fresh_venv(tmp_path):
     work = tmp_path / "work"  # no checkout on the path: cwd is elsewhere
     work.mkdir()
     env = _env()
-    # --no-index: every requirement must already be there (pinned ones).
-    inst = subprocess.run([str(py), "-m", "pip", "install", "--no-index",
-                           str(wheel)], cwd=work, env=env, capture_output=True,
-                          text=True, timeout=600)
+    nothing = subprocess.run([str(py), "-c", "import tnet"], cwd=work,
+                             env=env, capture_output=True, text=True)
+    assert "No module named 'tnet'" in nothing.stderr, nothing.stderr[-2000:]
+    inst = subprocess.run([str(py), "-m", "pip", "install",
+                           "--disable-pip-version-check", str(wheel)],
+                          cwd=work, env=env, capture_output=True, text=True,
+                          timeout=600)
     assert inst.returncode == 0, inst.stdout[-3000:] + inst.stderr[-3000:]
+    # The pins were met by requirements.txt: the wheel brought only tnet.
+    assert "Successfully installed tnet-" in inst.stdout, inst.stdout[-3000:]
+    assert inst.stdout.split("Successfully installed ")[1].split() == [
+        wheel.name.split("-cp")[0]], inst.stdout
     where = subprocess.run([str(py), "-c", "import tnet; print(tnet.__file__)"],
                            cwd=work, env=env, capture_output=True, text=True,
                            timeout=300)

@@ -1,17 +1,29 @@
-"""Program for tests/test_exact_resume.py: a small user model whose table
-has a lifecycle option, trained in two segments of fixed data.
+"""Program for tests/test_exact_resume.py: one small user model with many
+tables, each with its own sparse rule and lifecycle option(s), trained on
+fixed data in one run or in two segments around a save and a SIGKILL.
 
-  --mode whole: fit k steps, [evict], fit m steps, [evict], dump
-  --mode first: fit k steps, [evict], tn.saving.save to --ckpt (then the
-                test kills the process with SIGKILL)
-  --mode second: a fresh process: tn.saving.restore --ckpt, fit m steps,
-                [evict], dump
+  --mode whole: fit k + m steps in one fit, dump
+  --mode first: fit k steps, tn.saving.save to --ckpt, SIGKILL itself
+  --mode second: a fresh process: tn.saving.restore --ckpt, fit the m
+                 steps after the first k, dump
+
+--cases is a JSON file: {"k", "m", "seed", "batch", "tables": [{"rule",
+"options" (a subset of min_count, max_rows, ttl, decay), "num_shards",
+"min_count", "max_rows", "ttl_steps", "decay_rate", "threshold", "every",
+"users", "zipf"}, ...]}. Table i is fed by its own two columns (u<i> int
+ids, i<i> string ids) drawn from its own stream. Table 0 trains with the
+model's optimizer (its rule is the compiled one), the others with their
+layer's own rule. A table with ttl / decay has its own TableMaintenance
+callback running every `every` steps (so evictions fall inside either
+segment, on the same steps in both runs).
 
 The dump (--out, .npz) holds every key, row, slot and meta of every table,
-the pending admission entries (key, count, age), the lifecycle counters,
-the optimizer's step and the predictions on a probe batch.
+its pending admission entries (key, count, age) and lifecycle counters per
+shard, the optimizer's step, every dense and optimizer variable and the
+predictions on a probe batch.
 """
 import argparse
+import json
 import os
 import signal
 import sys
@@ -29,62 +41,83 @@ RULES = {"sgd": lambda: tn.optimizer.SGD(0.1),
          "rowwise_adagrad": lambda: tn.optimizer.RowwiseAdagrad(0.1),
          "adam": lambda: tn.optimizer.Adam(0.01),
          "ftrl": lambda: tn.optimizer.Ftrl(0.1)}
-BATCH = 64
+OPTIONS = ("min_count", "max_rows", "ttl", "decay")
 
 
 class Ranker(tn.Model):
-    """README-style: string and int ids in one table, a dense head."""
+    """One EmbeddingFeatures layer (one table, two columns) per case, a
+    dense head over all of them."""
 
-    def __init__(self, lifecycle):
+    def __init__(self, cases):
         super().__init__()
-        opts = {}
-        if lifecycle == "min_count":
-            opts = {"min_count": 3}
-        elif lifecycle == "max_rows":
-            opts = {"max_rows": 150}
-        user = fc.category_column("user")
-        item = fc.category_column("item", dtype=tf.string)
-        self.embed = tn.layers.EmbeddingFeatures(
-            [fc.embedding_column(user, 4, table="t", **opts),
-             fc.embedding_column(item, 4, table="t")])
+        self.embeds = []
+        for i, case in enumerate(cases):
+            opts = {}
+            if "min_count" in case["options"]:
+                opts["min_count"] = case["min_count"]
+            if "max_rows" in case["options"]:
+                opts["max_rows"] = case["max_rows"]
+            user = fc.category_column(f"u{i}")
+            item = fc.category_column(f"i{i}", dtype=tf.string)
+            self.embeds.append(tn.layers.EmbeddingFeatures(
+                [fc.embedding_column(user, 4, table=f"t{i}", **opts),
+                 fc.embedding_column(item, 4, table=f"t{i}")],
+                optimizer=None if i == 0 else RULES[case["rule"]](),
+                num_shards=case["num_shards"], name=f"embed{i}"))
         self.head = tf_keras.layers.Dense(1)
 
     def call(self, features, training=False):
-        return self.head(self.embed(features, training=training))
+        return self.head(tf.concat(
+            [e(features, training=training) for e in self.embeds], axis=1))
 
 
-def data(rows, seed=0):
-    rng = np.random.default_rng(seed)
-    user = (rng.zipf(1.3, rows) % 500).astype(np.int64)
-    item = np.array([f"i{x}" for x in rng.zipf(1.5, rows) % 300])
-    label = ((user % 5 < 2) ^ (rng.random(rows) < 0.2)).astype(np.float32)
-    return {"user": user, "item": item}, label
+def data(spec, rows, seed):
+    feats, label = {}, np.zeros(rows, np.float32)
+    for i, case in enumerate(spec["tables"]):
+        rng = np.random.default_rng([seed, i])
+        user = (rng.zipf(case["zipf"], rows) % case["users"]).astype(np.int64)
+        item = np.array([f"i{x}" for x in
+                         rng.zipf(case["zipf"] + 0.2, rows) % case["users"]])
+        feats[f"u{i}"], feats[f"i{i}"] = user, item
+        label += (user % 5 < 2)
+    rng = np.random.default_rng([seed, 1 << 20])
+    label = ((label > len(spec["tables"]) / 2.5)
+             ^ (rng.random(rows) < 0.2)).astype(np.float32)
+    return feats, label
 
 
-def dataset(first_batch, batches):
-    feats, label = data(BATCH * 40)
-    ds = tf.data.Dataset.from_tensor_slices((feats, label)).batch(BATCH)
+def dataset(spec, first_batch, batches):
+    total = spec["k"] + spec["m"]
+    feats, label = data(spec, spec["batch"] * total, spec["seed"])
+    ds = tf.data.Dataset.from_tensor_slices((feats, label)).batch(spec["batch"])
     return ds.skip(first_batch).take(batches)
 
 
-def build(args):
-    model = Ranker(args.lifecycle)
-    model.compile(RULES[args.rule](),
+def build(spec):
+    cases = spec["tables"]
+    model = Ranker(cases)
+    model.compile(RULES[cases[0]["rule"]](),
                   loss=tf_keras.losses.BinaryCrossentropy(from_logits=True))
-    feats, _ = data(8)
+    feats, _ = data(spec, 8, spec["seed"] + 1)
     model(feats)  # build: tables exist before a restore
     return model
 
 
-def maybe_evict(model, args):
-    if args.lifecycle == "evict":
-        step = int(model.optimizer.iterations.numpy())
-        for table in model.tables().values():
-            table.evict(show_decay_rate=0.8, show_threshold=1.5,
-                        ttl_steps=6, current_step=step)
+def callbacks(spec):
+    out = []
+    for i, case in enumerate(spec["tables"]):
+        ttl = case["ttl_steps"] if "ttl" in case["options"] else 0
+        decay = "decay" in case["options"]
+        if ttl or decay:
+            out.append(tn.callbacks.TableMaintenance(
+                every_n_steps=case["every"], tables=[f"t{i}"],
+                show_decay_rate=case["decay_rate"] if decay else 1.0,
+                show_threshold=case["threshold"] if decay else 0.0,
+                ttl_steps=ttl))
+    return out
 
 
-def dump(model, path):
+def dump(model, spec, path):
     out = {"iterations": np.array(int(model.optimizer.iterations.numpy()))}
     for name, table in model.tables().items():
         keys, weights, slots, meta = (t.numpy() for t in table.export())
@@ -96,8 +129,15 @@ def dump(model, path):
         order = np.argsort(p["keys"])
         for field in ("keys", "counts", "ages"):
             out[f"{name}/pending_{field}"] = p[field][order]
-        out[f"{name}/counters"] = p["counters"].sum(axis=0)
-    probe, _ = data(200, seed=9)
+        out[f"{name}/counters"] = p["counters"]  # [shards, 5]
+    for prefix, variables in (("dense", model.head.weights),
+                              ("opt", model.optimizer.variables())):
+        for v in variables:
+            key = f"{prefix}/{v.name}"
+            while key in out:
+                key += "'"
+            out[key] = v.numpy()
+    probe, _ = data(spec, 200, spec["seed"] + 9)
     out["predictions"] = model.predict(probe, verbose=0)
     np.savez(path, **out)
 
@@ -105,27 +145,27 @@ def dump(model, path):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--mode", choices=("whole", "first", "second"))
-    p.add_argument("--rule", choices=sorted(RULES))
-    p.add_argument("--lifecycle", choices=("min_count", "max_rows", "evict"))
-    p.add_argument("--k", type=int, default=12)
-    p.add_argument("--m", type=int, default=12)
+    p.add_argument("--cases")
     p.add_argument("--ckpt")
     p.add_argument("--out")
     args = p.parse_args()
-    tf_keras.utils.set_random_seed(0)
-    model = build(args)
-    if args.mode in ("whole", "first"):
-        model.fit(dataset(0, args.k), verbose=0)
-        maybe_evict(model, args)
+    with open(args.cases) as f:
+        spec = json.load(f)
+    tf_keras.utils.set_random_seed(spec["seed"])
+    model = build(spec)
+    k, m = spec["k"], spec["m"]
+    if args.mode == "whole":
+        model.fit(dataset(spec, 0, k + m), callbacks=callbacks(spec),
+                  verbose=0)
     if args.mode == "first":
+        model.fit(dataset(spec, 0, k), callbacks=callbacks(spec), verbose=0)
         tn.saving.save(model, args.ckpt, progress=lambda _: None)
         print("SAVED", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)  # no clean shutdown
     if args.mode == "second":
         tn.saving.restore(model, args.ckpt, progress=lambda _: None)
-    model.fit(dataset(args.k, args.m), verbose=0)
-    maybe_evict(model, args)
-    dump(model, args.out)
+        model.fit(dataset(spec, k, m), callbacks=callbacks(spec), verbose=0)
+    dump(model, spec, args.out)
     return 0
 
 

@@ -460,6 +460,30 @@ def _pyarrow():
     return pyarrow
 
 
+def _damaged_parquet(name: str, error: BaseException, row: int = 0):
+    """A BadDataError for a Parquet file pyarrow cannot read (no footer: a
+    copy cut short; a corrupted page), naming the file, and the 1-based
+    row where reading stopped when it got that far."""
+    where = f"{name}:{row}" if row else name
+    what = " ".join(str(error).split())
+    return BadDataError(
+        f"{where}: unreadable Parquet file ({type(error).__name__}: {what}); "
+        "the file is corrupted or truncated. Rewrite or remove the file: "
+        "--bad_rows=skip drops bad rows but cannot read past a damaged file")
+
+
+def _open_parquet(name: str):
+    """pq.ParquetFile(name), a damaged file raising BadDataError."""
+    pa = _pyarrow()
+    import pyarrow.parquet as pq  # noqa: PLC0415
+    try:
+        return pq.ParquetFile(name)
+    except (pa.ArrowException, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise _damaged_parquet(name, e) from None
+
+
 def _element_signature(spec: FeatureSpec, with_group: bool):
     columns = {}
     for f in spec.features:
@@ -518,7 +542,6 @@ def _parquet_batches(spec: FeatureSpec, names: List[str], batch_rows: int,
                      log_limit: int = 5):
     """Yields dicts of numpy columns (file column -> array / ragged parts)."""
     pa = _pyarrow()
-    import pyarrow.parquet as pq  # noqa: PLC0415
     by_file = pipes > 1 and len(names) >= pipes
     wanted = spec.columns_read()
     features = {f.column: f for f in spec.features}
@@ -526,7 +549,7 @@ def _parquet_batches(spec: FeatureSpec, names: List[str], batch_rows: int,
     for fi, name in enumerate(names):
         if by_file and fi % pipes != pipe_id:
             continue
-        pf = pq.ParquetFile(name)
+        pf = _open_parquet(name)
         have = set(pf.schema_arrow.names)
         missing = [f.name for f in spec.features if f.column not in have]
         if missing:
@@ -539,8 +562,8 @@ def _parquet_batches(spec: FeatureSpec, names: List[str], batch_rows: int,
                 for g in groups}
         for g in groups:
             offset = row0[g]
-            for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[g],
-                                         columns=wanted, use_threads=False):
+            for batch in _parquet_group(pa, pf, name, g, offset, batch_rows,
+                                        wanted):
                 n = batch.num_rows
                 out, bad = {}, np.zeros(n, bool)
                 reasons = {}
@@ -589,6 +612,23 @@ def _parquet_batches(spec: FeatureSpec, names: List[str], batch_rows: int,
                     _add_stats(stats, n, n, 0, None)
                 offset += n
                 yield out
+
+
+def _parquet_group(pa, pf, name, group, offset, batch_rows, columns):
+    """pf's record batches of one row group; a page pyarrow cannot read
+    raises BadDataError naming the file and the first row it could not
+    read."""
+    batches = pf.iter_batches(batch_size=batch_rows, row_groups=[group],
+                              columns=columns, use_threads=False)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (pa.ArrowException, OSError) as e:
+            raise _damaged_parquet(name, e, offset + 1) from None
+        offset += batch.num_rows
+        yield batch
 
 
 def _note(reasons, rows, feature, what):
@@ -667,9 +707,7 @@ def count_records(paths, format: str, compression: Optional[str] = None) -> int:
     excluded), Parquet rows from the metadata."""
     names = _rows._expand_paths(paths)
     if format == "parquet":
-        _pyarrow()
-        import pyarrow.parquet as pq  # noqa: PLC0415
-        return sum(pq.ParquetFile(n).metadata.num_rows for n in names)
+        return sum(_open_parquet(n).metadata.num_rows for n in names)
     if format == "tfrecord":
         total = 0
         for n in names:
