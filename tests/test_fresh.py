@@ -303,6 +303,72 @@ def test_trainer_restart_from_older_checkpoint(setup, tmp_path):
     assert tn.saving.read_manifest(path)["kind"] == "delta"
 
 
+def _live_keys(table):
+    return set(table.export()[0].numpy().tolist())
+
+
+def _overlay_state(loaded, name, keys, dim=8):
+    found = tf.raw_ops.LookupTableFindV2(
+        table_handle=loaded.tables[name].overlay.resource_handle,
+        keys=tf.constant(np.asarray(sorted(keys), np.int64)),
+        default_value=tf.fill([dim + 1], -1.0)).numpy()
+    return found[:, 0], found[:, 1:]
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_trainer_restart_from_newer_checkpoint_publishes_freed_keys(
+        setup, tmp_path, incremental):
+    """Keys freed after the last publish and before the checkpoint the
+    trainer restarts from (here: evicted by TTL, some before a first save
+    and some before a second) are gone from the restored trainer; the first
+    delta after the restart must free them in serving too (before the fix
+    they lived only in the dead publisher's memory and served their old
+    row until the next base)."""
+    model, rng, export = setup
+    ckpts = str(tmp_path / "ckpt")
+    loaded = tf.saved_model.load(export)
+    follower = follow.Follower(export, [follow.InProcessTarget(loaded)],
+                               say=lambda m: None)
+    table = model.tables()["user_id"]
+    _fit(model, rng, 2, lo=0, hi=300)
+    tn.saving.publish_delta(model, export, compact_at=None)
+    follower.step()
+    served = _live_keys(table)
+    for lo in (0, 100):  # evict, save; evict again, save again
+        _fit(model, rng, 1, lo=lo, hi=lo + 30)
+        step = int(model.optimizer.iterations.numpy())
+        assert int(table.evict(ttl_steps=1, current_step=step)) > 0
+        tn.saving.save(model, ckpts, incremental=incremental)
+    gone = served - _live_keys(table)  # serving holds a row for each
+    assert len(gone) > 100
+
+    # The trainer dies; a new one restores the newest checkpoint (newer
+    # than the last publish) and publishes before training resumes.
+    restarted = Ranker()
+    restarted.compile(tn.optimizer.Adagrad(0.1))
+    tn.saving.restore(restarted, ckpts, track_changes=True)
+    assert not gone & _live_keys(restarted.tables()["user_id"])
+    probe = _probe()
+    n = min(len(gone), len(probe["user_id"]) - 1)
+    probe["user_id"][:n] = sorted(gone)[:n]
+    stale = _served(loaded, probe)
+    assert np.max(np.abs(stale - _trained(restarted, probe))) > 1e-4
+    path = tn.saving.publish_delta(restarted, export, compact_at=None)
+    manifest = json.load(open(os.path.join(path, fresh.MANIFEST)))
+    assert manifest["tables"]["user_id"]["deleted"] >= len(gone)
+    follower.step()
+    state, rows = _overlay_state(loaded, "user_id", gone)
+    assert np.all(state == 2) and np.all(rows == 0)
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(restarted, probe), atol=TOL)
+    # Training goes on: the next delta carries them no more.
+    _fit(restarted, rng, 2, lo=0, hi=60)
+    path = tn.saving.publish_delta(restarted, export, compact_at=None)
+    follower.step()
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(restarted, probe), atol=TOL)
+
+
 @pytest.mark.long
 def test_publish_under_parameter_server_strategy(tmp_path):
     from tests.support.cluster import assert_all_stopped, cluster

@@ -30,6 +30,11 @@ Layout of `<dir>/ckpt-<step>/`:
   Adagrad) at a time, whatever the table size.
 * `sparse/<table>/deleted.h5` (deltas only): dataset `keys`, the sorted keys
   that were live at the parent checkpoint and are gone now (gzip).
+* `publishing/<base_id>.h5`, one per delta publisher of the model open at
+  the save (`tnet.saving.fresh`; `manifest["publishers"]` lists them in
+  the order of their `freed` tables, datasets `freed_0`, `freed_1`, ...):
+  the keys freed since that publisher's last delta, which a trainer
+  restored from this checkpoint publishes in its first delta.
 
 Atomicity: everything is written into `<dir>/.ckpt-<step>.tmp-*`, each file
 fsynced, the manifest written last, then the directory is renamed to
@@ -333,6 +338,7 @@ def _write(model, tables, directory, step, train_step, parent, full_reason,
             total_rows += info["rows"]
             written += info["rows_written"]
         manifest["dense"] = _write_dense(model, tmp)
+        manifest["publishers"] = _write_publishers(model, tmp)
         files = {}
         for root, _, names in os.walk(tmp):
             for fname in sorted(names):
@@ -457,6 +463,35 @@ def _write_pending(path: str, table: SparseTable, name: str) -> int:
         f.attrs["format"] = FORMAT
         f.attrs["table"] = name
     return n
+
+
+def _write_publishers(model, tmp: str) -> list:
+    """Per open delta publisher of `model` (tnet.saving.fresh), the keys
+    it has read as freed and not published yet, in
+    `publishing/<base_id>.h5` (one int64 dataset per table, in the order
+    of the entry's `freed`): a trainer restored from this checkpoint
+    publishes them in its first delta. Returns the manifest entries."""
+    from tnet.saving import fresh  # noqa: PLC0415
+    entries = []
+    for record in fresh.checkpoint_records(model):
+        rel = os.path.join("publishing", f"{record['base_id']}.h5")
+        os.makedirs(os.path.join(tmp, "publishing"), exist_ok=True)
+        names = sorted(record["freed"])
+        with h5py.File(os.path.join(tmp, rel), "w") as f:
+            for i, name in enumerate(names):
+                keys = record["freed"][name]
+                f.create_dataset(f"freed_{i}", data=keys, dtype=np.int64,
+                                 compression="gzip" if len(keys) else None)
+            f.attrs["format"] = FORMAT
+        entries.append({
+            "export_dir": record["export_dir"],
+            "base_id": record["base_id"], "version": record["version"],
+            "through_step": record["through_step"],
+            "deletes_incomplete": bool(record["deletes_incomplete"]),
+            "file": rel,
+            "freed": {name: int(len(record["freed"][name]))
+                      for name in names}})
+    return entries
 
 
 def _remove_stale_temps(directory: str) -> None:
