@@ -36,6 +36,7 @@ from absl import app, flags, logging
 
 import tnet as tn
 import tensorflow as tf
+from tnet.saving.files import write_json_atomic
 import tf_keras
 
 FLAGS = flags.FLAGS
@@ -80,13 +81,8 @@ def load_state(directory: str) -> dict:
 
 
 def write_state(directory: str, state: dict) -> None:
-    path = os.path.join(directory, STATE)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(state, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_json_atomic(os.path.join(directory, STATE), state, indent=2,
+                      sort_keys=True)
 
 
 def _day_files(day: str) -> list[str]:

@@ -36,9 +36,10 @@ Layout of `<dir>/ckpt-<step>/`:
   the keys freed since that publisher's last delta, which a trainer
   restored from this checkpoint publishes in its first delta.
 
-Atomicity: everything is written into `<dir>/.ckpt-<step>.tmp-*`, each file
-fsynced, the manifest written last, then the directory is renamed to
-`ckpt-<step>` (and `<dir>` fsynced). A crash at any point leaves earlier
+Atomicity: everything is written into `<dir>/.ckpt-<step>.tmp-*`, the
+manifest last, every file and directory fsynced, then the directory is
+renamed to `ckpt-<step>` and `<dir>` fsynced (`files.publish_dir`, as for
+exports and serving deltas). A crash at any point leaves earlier
 checkpoints untouched; the next save removes the stale temp directory.
 `keep=N` deletes older checkpoints only after the new one is complete, and
 never one that a kept delta still needs. One process saves into a directory
@@ -120,9 +121,8 @@ import tensorflow as tf
 from tnet.saving.delta_marks import (
     _deleted_keys, _set_marks, _table_changes)
 from tnet.saving.files import (
-    _default_progress, _fsync_dir, _fsync_file, _is_disk_full, _Progress,
-    _safe_name, _sha256,
-    Progress)
+    _default_progress, _is_disk_full, _Progress, _safe_name, _sha256,
+    Progress, publish_dir)
 from tnet.saving.h5parts import _Part
 from tnet.saving.manifest import (
     _jsonable, _manifest_digest, _TMP_RE, CheckpointError,
@@ -306,10 +306,10 @@ def _delta_parent(directory, tables, step, train_step, full_every):
 
 def _write(model, tables, directory, step, train_step, parent, full_reason,
            chunk_rows, track, say):
-    tmp = tempfile.mkdtemp(prefix=f".ckpt-{step}.tmp-", dir=directory)
     final = os.path.join(directory, f"ckpt-{step}")
     ckpt_id = uuid.uuid4().hex
-    try:
+    # .ckpt-<step>.tmp-*, every file fsynced, renamed (files.publish_dir).
+    with publish_dir(final) as tmp:
         manifest: Dict[str, Any] = {
             "format": FORMAT, "format_version": FORMAT_VERSION,
             "id": ckpt_id, "step": step, "train_step": train_step,
@@ -343,24 +343,13 @@ def _write(model, tables, directory, step, train_step, parent, full_reason,
         for root, _, names in os.walk(tmp):
             for fname in sorted(names):
                 full = os.path.join(root, fname)
-                _fsync_file(full)
                 rel = os.path.relpath(full, tmp)
                 files[rel] = {"bytes": os.path.getsize(full),
                               "sha256": _sha256(full)}
-            _fsync_dir(root)
         manifest["files"] = dict(sorted(files.items()))
         manifest["manifest_sha256"] = _manifest_digest(manifest)
-        mfile = os.path.join(tmp, MANIFEST)
-        with open(mfile, "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(tmp)
-        os.rename(tmp, final)
-        _fsync_dir(directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with open(os.path.join(tmp, MANIFEST), "w") as f:
+            json.dump(manifest, f, indent=1)  # last: the checkpoint is whole
     # The new marks: training is stopped during a save, so nothing changed
     # since the rows were exported.
     for table in tables.values():

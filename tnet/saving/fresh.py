@@ -74,12 +74,9 @@ is behind the last publish and the replay above covers them).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 import uuid
 import warnings
@@ -90,7 +87,7 @@ import numpy as np
 import tensorflow as tf
 
 from tnet.saving import delta_marks
-from tnet.saving.files import _fsync_dir, _fsync_file, _sha256
+from tnet.saving.files import _sha256, publish_dir
 
 logger = logging.getLogger("tnet.fresh")
 
@@ -309,34 +306,18 @@ def load_delta(export_dir: str, version: int,
 
 def _write_delta(export_dir: str, version: int, arrays: Dict[str, np.ndarray],
                  manifest: Dict[str, Any]) -> str:
-    parent = deltas_dir(export_dir)
-    os.makedirs(parent, exist_ok=True)
-    name = delta_name(version)
-    final = os.path.join(parent, name)
+    final = os.path.join(deltas_dir(export_dir), delta_name(version))
     if os.path.exists(final):
         raise DeltaError(f"{final} already exists; not publishing it twice")
-    for stale in os.listdir(parent):
-        if stale.startswith(f".{name}.tmp-"):
-            shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
-    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
-    try:
+    # .delta-NNNNNN.tmp-*, fsynced, renamed (files.publish_dir).
+    with publish_dir(final) as tmp:
         payload = os.path.join(tmp, PAYLOAD)
         with open(payload, "wb") as f:
             np.savez(f, **arrays)
-        _fsync_file(payload)
         manifest = dict(manifest, files={PAYLOAD: {
             "sha256": _sha256(payload), "bytes": os.path.getsize(payload)}})
-        mpath = os.path.join(tmp, MANIFEST)
-        with open(mpath, "w") as f:
+        with open(os.path.join(tmp, MANIFEST), "w") as f:
             json.dump(manifest, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(tmp)
-        os.rename(tmp, final)
-        _fsync_dir(parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final
 
 

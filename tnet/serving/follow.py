@@ -28,6 +28,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from tnet.saving import fresh
+from tnet.saving.files import write_json_atomic
 from tnet.saving.fresh import DeltaError
 
 CHUNK_BYTES = 32 << 20  # rows per apply_rows request (gRPC message size)
@@ -111,15 +112,10 @@ class Follower:
         os.makedirs(self.state_dir, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "-_." else "_"
                        for c in target.name)
-        path = os.path.join(self.state_dir, f"{safe}.json")
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"target": target.name, "version": version,
-                       "base_id": self.info["base_id"],
-                       "time": time.time()}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_json_atomic(os.path.join(self.state_dir, f"{safe}.json"),
+                          {"target": target.name, "version": version,
+                           "base_id": self.info["base_id"],
+                           "time": time.time()})
 
     def recorded(self, target) -> Optional[int]:
         self.state_dir = os.path.join(fresh.deltas_dir(self.export_dir),
