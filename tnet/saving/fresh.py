@@ -595,10 +595,10 @@ def newest_export(export_dir: str) -> str:
         base = export_dir
     else:
         return export_dir
-    versions = [v for v in versions_of(base)
-                if "updatable" in read_info(os.path.join(base, str(v)),
-                                            full=True)]
-    return os.path.join(base, str(versions[-1])) if versions else export_dir
+    for v in reversed(versions_of(base)):  # newest first: one read a poll
+        if "updatable" in read_info(os.path.join(base, str(v)), full=True):
+            return os.path.join(base, str(v))
+    return export_dir
 
 
 def publish_delta(model, export_dir: str,

@@ -32,6 +32,10 @@ from tnet.saving.files import write_json_atomic
 from tnet.saving.fresh import DeltaError
 
 CHUNK_BYTES = 32 << 20  # rows per apply_rows request (gRPC message size)
+# Seconds between polls. A poll with nothing new costs a directory listing
+# and one serving_version request per target; the interval adds up to its
+# length to the freshness (BENCHMARKS.md, "bench_fresh at 10M rows").
+DEFAULT_INTERVAL = 1.0
 
 
 class InProcessTarget:
@@ -227,8 +231,9 @@ def main(argv=None) -> int:
     parser.add_argument("--export_dir", required=True)
     parser.add_argument("--target", action="append", required=True,
                         help="grpc://HOST:PORT/MODEL_NAME (repeatable)")
-    parser.add_argument("--interval", type=float, default=10.0,
-                        help="seconds between polls")
+    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL,
+                        help="seconds between polls (adds up to this much "
+                             "to the freshness)")
     parser.add_argument("--once", action="store_true",
                         help="apply what is there and exit")
     args = parser.parse_args(argv)
