@@ -303,6 +303,72 @@ def test_trainer_restart_from_older_checkpoint(setup, tmp_path):
     assert tn.saving.read_manifest(path)["kind"] == "delta"
 
 
+def _live_keys(table):
+    return set(table.export()[0].numpy().tolist())
+
+
+def _overlay_state(loaded, name, keys, dim=8):
+    found = tf.raw_ops.LookupTableFindV2(
+        table_handle=loaded.tables[name].overlay.resource_handle,
+        keys=tf.constant(np.asarray(sorted(keys), np.int64)),
+        default_value=tf.fill([dim + 1], -1.0)).numpy()
+    return found[:, 0], found[:, 1:]
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_trainer_restart_from_newer_checkpoint_publishes_freed_keys(
+        setup, tmp_path, incremental):
+    """Keys freed after the last publish and before the checkpoint the
+    trainer restarts from (here: evicted by TTL, some before a first save
+    and some before a second) are gone from the restored trainer; the first
+    delta after the restart must free them in serving too (before the fix
+    they lived only in the dead publisher's memory and served their old
+    row until the next base)."""
+    model, rng, export = setup
+    ckpts = str(tmp_path / "ckpt")
+    loaded = tf.saved_model.load(export)
+    follower = follow.Follower(export, [follow.InProcessTarget(loaded)],
+                               say=lambda m: None)
+    table = model.tables()["user_id"]
+    _fit(model, rng, 2, lo=0, hi=300)
+    tn.saving.publish_delta(model, export, compact_at=None)
+    follower.step()
+    served = _live_keys(table)
+    for lo in (0, 100):  # evict, save; evict again, save again
+        _fit(model, rng, 1, lo=lo, hi=lo + 30)
+        step = int(model.optimizer.iterations.numpy())
+        assert int(table.evict(ttl_steps=1, current_step=step)) > 0
+        tn.saving.save(model, ckpts, incremental=incremental)
+    gone = served - _live_keys(table)  # serving holds a row for each
+    assert len(gone) > 100
+
+    # The trainer dies; a new one restores the newest checkpoint (newer
+    # than the last publish) and publishes before training resumes.
+    restarted = Ranker()
+    restarted.compile(tn.optimizer.Adagrad(0.1))
+    tn.saving.restore(restarted, ckpts, track_changes=True)
+    assert not gone & _live_keys(restarted.tables()["user_id"])
+    probe = _probe()
+    n = min(len(gone), len(probe["user_id"]) - 1)
+    probe["user_id"][:n] = sorted(gone)[:n]
+    stale = _served(loaded, probe)
+    assert np.max(np.abs(stale - _trained(restarted, probe))) > 1e-4
+    path = tn.saving.publish_delta(restarted, export, compact_at=None)
+    manifest = json.load(open(os.path.join(path, fresh.MANIFEST)))
+    assert manifest["tables"]["user_id"]["deleted"] >= len(gone)
+    follower.step()
+    state, rows = _overlay_state(loaded, "user_id", gone)
+    assert np.all(state == 2) and np.all(rows == 0)
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(restarted, probe), atol=TOL)
+    # Training goes on: the next delta carries them no more.
+    _fit(restarted, rng, 2, lo=0, hi=60)
+    path = tn.saving.publish_delta(restarted, export, compact_at=None)
+    follower.step()
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(restarted, probe), atol=TOL)
+
+
 @pytest.mark.long
 def test_publish_under_parameter_server_strategy(tmp_path):
     from tests.support.cluster import assert_all_stopped, cluster
@@ -454,3 +520,70 @@ def test_cli_publishes_deltas_that_bring_the_base_to_the_trained_model(
     stale = fresh_model.signatures["serving_default"](
         **{k: tf.constant(v) for k, v in sample.items()})["prediction"].numpy()
     assert np.max(np.abs(stale.reshape(-1) - expected)) > 1e-3
+
+
+def test_daily_loop_publishes_every_day_into_the_day_before(tmp_path):
+    """`python -m tnet.train --days=A..B --day_pattern=... --publish_every_
+    n_steps=4`: before the first day an updatable base of the untrained
+    model is exported as the version of the day before (so day 1's rows
+    are served too), each day publishes into the day before's export, and
+    that export with every delta applied serves what the day's own export
+    (the trained model at the end of the day) serves."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from support import byod_data as bd  # noqa: PLC0415
+    bd.write_spec(tmp_path / "spec.json")
+    days = ["2026-11-01", "2026-11-02"]
+    for i, day in enumerate(days):  # day 2 brings users day 1 never saw
+        bd.write_tfrecord(tmp_path / "data" / day / "part-0.tfrecord",
+                          bd.rows(500, i, users=50 + 40 * i))
+    export_dir, run = tmp_path / "export", tmp_path / "run"
+    cmd = [sys.executable, "-m", "tnet.train",
+           f"--feature_spec={tmp_path / 'spec.json'}", "--format=tfrecord",
+           f"--days={days[0]}..{days[-1]}",
+           f"--day_pattern={tmp_path}/data/{{day}}/*",
+           f"--checkpoint_dir={tmp_path / 'ckpt'}",
+           f"--export_dir={export_dir}", f"--model_dir={run}",
+           "--hidden_units=8", "--batch_size=64", "--shuffle_buffer=0",
+           "--publish_every_n_steps=4"]
+    env = dict(os.environ, PYTHONPATH=ROOT, CI="true",
+               TF_CPP_MIN_LOG_LEVEL="2")
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=400)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert fresh.versions_of(str(export_dir)) == [20261031, 20261101,
+                                                  20261102]
+    state = json.load(open(tmp_path / "ckpt" / "days.json"))
+    assert state["publish_base"]["day"] == "2026-10-31"
+    for day in days:  # every 4 steps and at the end, into the day before
+        before = "20261031" if day == days[0] else "20261101"
+        published = state["days"][day]["published"]
+        assert len(published) >= 2 and {os.path.dirname(p) for p in
+                                         published} == {
+            str(export_dir / before / "deltas")}, published
+    # The final export's check sample: what the model trained through day
+    # 2 predicts (day 2's export serves it, checked without tnet).
+    sample = dict(np.load(run / "export_sample.npz"))
+    trained = sample.pop("__expected__").reshape(-1)
+    inputs = {k: tf.constant(v) for k, v in sample.items()}
+
+    def predict(loaded):
+        out = loaded.signatures["serving_default"](**inputs)
+        return out["prediction"].numpy().reshape(-1)
+
+    def follow_all(export, loaded):
+        follow.Follower(export, [follow.InProcessTarget(loaded)],
+                        say=lambda m: None).step()
+
+    # Day 1: the untrained base + day 1's deltas serves day 1's export.
+    base = str(export_dir / "20261031")
+    served = tf.saved_model.load(base)
+    stale = predict(served)
+    follow_all(base, served)
+    day1 = tf.saved_model.load(str(export_dir / "20261101"))
+    want = predict(day1)
+    assert np.max(np.abs(stale - want)) > 1e-3  # the deltas mattered
+    np.testing.assert_allclose(predict(served), want, atol=TOL)
+    # Day 2: day 1's export + day 2's deltas serves the trained model.
+    assert np.max(np.abs(want - trained)) > 1e-3
+    follow_all(str(export_dir / "20261101"), day1)
+    np.testing.assert_allclose(predict(day1), trained, atol=TOL)

@@ -13,6 +13,13 @@ For each day of `--days` not trained yet, in order:
 5. with `--export_dir`, export `export_dir/<YYYYMMDD>` for serving (the
    version number grows with the day) and check it without tnet.
 
+With `--publish_every_n_steps` / `--publish_every_seconds`, day N's
+training publishes deltas into the newest updatable export, day N-1's, so
+the served model follows the training within the day; day N's export is
+the next base (no compaction inside the loop). Before the first day, when
+the export dir holds no updatable export, the model as it stands is
+exported as the version of the day before, so the first day publishes too.
+
 Why the day is the checkpoint's step: the newest complete checkpoint then
 says which day was finished last, and it is written atomically (temp dir,
 manifest last, rename), so a run killed at any point restarts from the end
@@ -36,6 +43,7 @@ from absl import app, flags, logging
 
 import tnet as tn
 import tensorflow as tf
+from tnet.saving.files import write_json_atomic
 import tf_keras
 
 FLAGS = flags.FLAGS
@@ -80,13 +88,8 @@ def load_state(directory: str) -> dict:
 
 
 def write_state(directory: str, state: dict) -> None:
-    path = os.path.join(directory, STATE)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(state, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_json_atomic(os.path.join(directory, STATE), state, indent=2,
+                      sort_keys=True)
 
 
 def _day_files(day: str) -> list[str]:
@@ -143,6 +146,9 @@ def run_days(strategy, distributed: bool, cli) -> dict:
                     default=None)
     if last_done is not None and FLAGS.export_dir:
         _ensure_export(cli, model, spec, last_done, state, ckpt_dir)
+    if cli._publishing():
+        _ensure_publish_base(cli, model, spec, days, done_step, state,
+                             ckpt_dir)
     for day in days:
         if day_step(day) <= done_step:
             print(f"tnet.train: day {day} already trained, skipped", flush=True)
@@ -168,6 +174,9 @@ def run_days(strategy, distributed: bool, cli) -> dict:
             base = cli.updatable_export_of(FLAGS.export_dir)
             if base is not None:  # the day before's export, kept fresh
                 publisher = cli._publisher()
+                # The day's own export is the next base: a compaction
+                # (version N-1 + 1) would take day N's version number.
+                publisher.compact_at = None
                 print(f"tnet.train: day {day}: publishing deltas to {base}",
                       flush=True)
         _fit_day(model, data, distributed,
@@ -222,6 +231,37 @@ def _fit_day(model, data, distributed: bool, callbacks=()) -> None:
     else:
         model.fit(data.train(), epochs=1, verbose=verbose,
                   callbacks=list(callbacks))
+
+
+def _ensure_publish_base(cli, model, spec, days, done_step: int,
+                         state: dict, ckpt_dir: str) -> None:
+    """With --publish_every_*: the updatable export the first day to train
+    publishes into, when the export dir has none (a first run): the model
+    as it stands (restored, or not trained yet) as the version of the day
+    before that day, so the first day's rows are served too."""
+    if cli.updatable_export_of(FLAGS.export_dir) is not None:
+        return
+    todo = [d for d in days if day_step(d) > done_step]
+    if not todo:
+        return
+    before = (datetime.date.fromisoformat(todo[0])
+              - datetime.timedelta(days=1)).isoformat()
+    version = day_step(before)
+    target = os.path.join(FLAGS.export_dir, str(version))
+    if os.path.isdir(target) and os.listdir(target):
+        print(f"tnet.train: {target} exists and is not updatable: day "
+              f"{todo[0]} publishes nothing (its own export is updatable)",
+              flush=True)
+        return
+    from tnet.train_data import SpecJobData  # noqa: PLC0415
+    files = _day_files(todo[0])
+    job = SpecJobData(False, spec, files, files, count=False)
+    result = cli.export_and_check(model, job, version=version,
+                                  sample_data=job.eval())
+    state["publish_base"] = {"day": before, "export": result["path"]}
+    write_state(ckpt_dir, state)
+    print(f"tnet.train: exported {result['path']}, the base day "
+          f"{todo[0]} publishes into", flush=True)
 
 
 def _ensure_export(cli, model, spec, day: str, state: dict, ckpt_dir: str) -> None:

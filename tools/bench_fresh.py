@@ -14,10 +14,19 @@ one tiny model over it. Measures, side by side in one run:
   and on the updatable one with the overlay at 0%, 1% and 10% of the base
   (10% = ten 1% deltas of distinct rows), the two called in turn call by
   call, and the p99 ratios;
-* freshness: --fresh_samples times, one row changed on the trainer, then
-  publish_delta, the follower's step and serving_default polled until the
-  prediction changes (the pipeline); plus a wait drawn uniformly over the
-  publish period (60 s and 30 s: a periodic publisher's phase), p50/p99;
+* per delta (ten 1% deltas): publish and apply seconds and their sum;
+  `delta_summary` gives the first delta (it includes the first call of
+  `apply_delta`), the median delta (median of the per-delta sums) and the
+  slowest delta (largest sum, with its own publish and apply), each with
+  its ratio to export + load;
+* freshness, MODELLED, not measured end to end: --fresh_samples times,
+  one row changed on the trainer, then publish_delta, the follower's step
+  and serving_default polled until the prediction changes (the pipeline,
+  measured); to each sample are added two waits drawn uniformly, not
+  slept: the publish period's phase (0..P, P = 60 s and 30 s) and the
+  follower's poll phase (0..I, I = --follow_interval, the follower's
+  default); p50/p99 over --model_draws draws, and the worst case P + I +
+  the slowest pipeline;
 * served memory: RSS of a fresh process that loads the export and
   applies every delta (before / after, per overlay row).
 
@@ -124,12 +133,62 @@ def _served_rss(export, cwd):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _delta_summary(deltas, full_s):
+    """First, median and slowest delta: the median is of the per-delta
+    sums publish + apply, the slowest is the delta with the largest sum
+    (its own publish and apply, never maxima of different deltas)."""
+    totals = [d["publish_s"] + d["apply_s"] for d in deltas]
+    slowest = int(np.argmax(totals))
+    out = {
+        "first": {"delta": 1, "publish_s": deltas[0]["publish_s"],
+                  "apply_s": deltas[0]["apply_s"], "total_s": totals[0]},
+        "median": {"total_s": float(np.median(totals)),
+                   "publish_s_median": float(np.median(
+                       [d["publish_s"] for d in deltas])),
+                   "apply_s_median": float(np.median(
+                       [d["apply_s"] for d in deltas]))},
+        "slowest": {"delta": slowest + 1,
+                    "publish_s": deltas[slowest]["publish_s"],
+                    "apply_s": deltas[slowest]["apply_s"],
+                    "total_s": totals[slowest]},
+    }
+    for v in out.values():
+        v["ratio_vs_export_load"] = v["total_s"] / full_s
+    return out
+
+
+def _freshness_model(pipeline, interval, draws, periods=(60.0, 30.0)):
+    """Seconds from a push to a changed prediction, modelled: a measured
+    pipeline sample plus the publish period's phase U(0, P) plus the
+    follower's poll phase U(0, interval), neither slept."""
+    rng = np.random.default_rng(1)
+    out = {"modelled": True, "follow_interval_s": interval,
+           "pipeline_s": {"p50": float(np.percentile(pipeline, 50)),
+                          "p99": float(np.percentile(pipeline, 99)),
+                          "max": float(np.max(pipeline)),
+                          "samples": len(pipeline)}}
+    for period in periods:
+        total = (rng.choice(np.asarray(pipeline), draws)
+                 + rng.uniform(0, period, draws)
+                 + rng.uniform(0, interval, draws))
+        out[f"period_{period:g}s"] = {
+            "p50_s": float(np.percentile(total, 50)),
+            "p99_s": float(np.percentile(total, 99)),
+            "worst_s": period + interval + float(np.max(pipeline))}
+    return out
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=10_000_000)
     p.add_argument("--changed", type=float, default=0.01)
     p.add_argument("--calls", type=int, default=300)
     p.add_argument("--fresh_samples", type=int, default=20)
+    p.add_argument("--follow_interval", type=float,
+                   default=follow.DEFAULT_INTERVAL,
+                   help="the follower's poll interval in the freshness "
+                        "model (seconds)")
+    p.add_argument("--model_draws", type=int, default=100_000)
     p.add_argument("--out", default=None)
     args = p.parse_args()
     rng = np.random.default_rng(0)
@@ -204,17 +263,8 @@ def main():
                              before):
             time.sleep(0.001)
         pipeline.append(time.perf_counter() - t)
-    res["freshness"] = {}
-    for period in (60.0, 30.0):
-        total = [p + w for p, w in zip(
-            pipeline, np.random.default_rng(1).uniform(0, period,
-                                                       len(pipeline)))]
-        res["freshness"][f"period_{period:g}s"] = {
-            "p50_s": float(np.percentile(total, 50)),
-            "p99_s": float(np.percentile(total, 99))}
-    res["freshness"]["pipeline_s"] = {
-        "p50": float(np.percentile(pipeline, 50)),
-        "p99": float(np.percentile(pipeline, 99)), "samples": len(pipeline)}
+    res["freshness"] = _freshness_model(pipeline, args.follow_interval,
+                                        args.model_draws)
     # Rows the overlay holds: the rows of the deltas (distinct but for the
     # freshness probe's one key, published each sample).
     overlay_rows = sum(
@@ -226,10 +276,8 @@ def main():
                                 bytes_per_overlay_row=(
                                     (mem["after"] - mem["before"])
                                     / max(1, overlay_rows)))
-    first = deltas[0]
-    res["ratio_publish_apply_vs_export_load"] = (
-        (first["publish_s"] + first["apply_s"])
-        / (res["export_s"] + res["load_s"]))
+    res["delta_summary"] = _delta_summary(deltas,
+                                          res["export_s"] + res["load_s"])
     res["run"] = common.run_info()
     res["command"] = " ".join(sys.argv)
     out = args.out or common.default_out_path("bench_fresh")

@@ -30,10 +30,16 @@ Layout of `<dir>/ckpt-<step>/`:
   Adagrad) at a time, whatever the table size.
 * `sparse/<table>/deleted.h5` (deltas only): dataset `keys`, the sorted keys
   that were live at the parent checkpoint and are gone now (gzip).
+* `publishing/<base_id>.h5`, one per delta publisher of the model open at
+  the save (`tnet.saving.fresh`; `manifest["publishers"]` lists them in
+  the order of their `freed` tables, datasets `freed_0`, `freed_1`, ...):
+  the keys freed since that publisher's last delta, which a trainer
+  restored from this checkpoint publishes in its first delta.
 
-Atomicity: everything is written into `<dir>/.ckpt-<step>.tmp-*`, each file
-fsynced, the manifest written last, then the directory is renamed to
-`ckpt-<step>` (and `<dir>` fsynced). A crash at any point leaves earlier
+Atomicity: everything is written into `<dir>/.ckpt-<step>.tmp-*`, the
+manifest last, every file and directory fsynced, then the directory is
+renamed to `ckpt-<step>` and `<dir>` fsynced (`files.publish_dir`, as for
+exports and serving deltas). A crash at any point leaves earlier
 checkpoints untouched; the next save removes the stale temp directory.
 `keep=N` deletes older checkpoints only after the new one is complete, and
 never one that a kept delta still needs. One process saves into a directory
@@ -115,9 +121,8 @@ import tensorflow as tf
 from tnet.saving.delta_marks import (
     _deleted_keys, _set_marks, _table_changes)
 from tnet.saving.files import (
-    _default_progress, _fsync_dir, _fsync_file, _is_disk_full, _Progress,
-    _safe_name, _sha256,
-    Progress)
+    _default_progress, _is_disk_full, _Progress, _safe_name, _sha256,
+    Progress, publish_dir)
 from tnet.saving.h5parts import _Part
 from tnet.saving.manifest import (
     _jsonable, _manifest_digest, _TMP_RE, CheckpointError,
@@ -301,10 +306,10 @@ def _delta_parent(directory, tables, step, train_step, full_every):
 
 def _write(model, tables, directory, step, train_step, parent, full_reason,
            chunk_rows, track, say):
-    tmp = tempfile.mkdtemp(prefix=f".ckpt-{step}.tmp-", dir=directory)
     final = os.path.join(directory, f"ckpt-{step}")
     ckpt_id = uuid.uuid4().hex
-    try:
+    # .ckpt-<step>.tmp-*, every file fsynced, renamed (files.publish_dir).
+    with publish_dir(final) as tmp:
         manifest: Dict[str, Any] = {
             "format": FORMAT, "format_version": FORMAT_VERSION,
             "id": ckpt_id, "step": step, "train_step": train_step,
@@ -333,28 +338,18 @@ def _write(model, tables, directory, step, train_step, parent, full_reason,
             total_rows += info["rows"]
             written += info["rows_written"]
         manifest["dense"] = _write_dense(model, tmp)
+        manifest["publishers"] = _write_publishers(model, tmp)
         files = {}
         for root, _, names in os.walk(tmp):
             for fname in sorted(names):
                 full = os.path.join(root, fname)
-                _fsync_file(full)
                 rel = os.path.relpath(full, tmp)
                 files[rel] = {"bytes": os.path.getsize(full),
                               "sha256": _sha256(full)}
-            _fsync_dir(root)
         manifest["files"] = dict(sorted(files.items()))
         manifest["manifest_sha256"] = _manifest_digest(manifest)
-        mfile = os.path.join(tmp, MANIFEST)
-        with open(mfile, "w") as f:
-            json.dump(manifest, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(tmp)
-        os.rename(tmp, final)
-        _fsync_dir(directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        with open(os.path.join(tmp, MANIFEST), "w") as f:
+            json.dump(manifest, f, indent=1)  # last: the checkpoint is whole
     # The new marks: training is stopped during a save, so nothing changed
     # since the rows were exported.
     for table in tables.values():
@@ -457,6 +452,35 @@ def _write_pending(path: str, table: SparseTable, name: str) -> int:
         f.attrs["format"] = FORMAT
         f.attrs["table"] = name
     return n
+
+
+def _write_publishers(model, tmp: str) -> list:
+    """Per open delta publisher of `model` (tnet.saving.fresh), the keys
+    it has read as freed and not published yet, in
+    `publishing/<base_id>.h5` (one int64 dataset per table, in the order
+    of the entry's `freed`): a trainer restored from this checkpoint
+    publishes them in its first delta. Returns the manifest entries."""
+    from tnet.saving import fresh  # noqa: PLC0415
+    entries = []
+    for record in fresh.checkpoint_records(model):
+        rel = os.path.join("publishing", f"{record['base_id']}.h5")
+        os.makedirs(os.path.join(tmp, "publishing"), exist_ok=True)
+        names = sorted(record["freed"])
+        with h5py.File(os.path.join(tmp, rel), "w") as f:
+            for i, name in enumerate(names):
+                keys = record["freed"][name]
+                f.create_dataset(f"freed_{i}", data=keys, dtype=np.int64,
+                                 compression="gzip" if len(keys) else None)
+            f.attrs["format"] = FORMAT
+        entries.append({
+            "export_dir": record["export_dir"],
+            "base_id": record["base_id"], "version": record["version"],
+            "through_step": record["through_step"],
+            "deletes_incomplete": bool(record["deletes_incomplete"]),
+            "file": rel,
+            "freed": {name: int(len(record["freed"][name]))
+                      for name in names}})
+    return entries
 
 
 def _remove_stale_temps(directory: str) -> None:

@@ -69,14 +69,13 @@ import errno
 import json
 import os
 import shutil
-import tempfile
 from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 import tensorflow as tf
 
 from tnet import scopes
-from tnet.saving.files import _fsync_dir, _fsync_file, _is_disk_full
+from tnet.saving.files import _is_disk_full, publish_dir
 from tnet.saving.op_check import (ops_of, raise_if_tnet_ops,  # noqa: F401
                                   stock_op_types, strip_cluster_devices,
                                   tnet_ops_in)
@@ -161,23 +160,19 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
             "export to a new directory (TF Serving loads numbered version "
             "directories: write the next version number)")
     parent = os.path.dirname(export_dir)
-    os.makedirs(parent, exist_ok=True)
-    prefix = f".{os.path.basename(export_dir)}.tmp-"
-    _remove_stale_temps(parent, prefix)
-    _check_free_space(model, parent, export_dir, quantize)
-    tmp = tempfile.mkdtemp(prefix=prefix, dir=parent)
     try:
-        info = _write(model, tmp, quantize, signature, retrieval,
-                      updatable)
-        with open(os.path.join(tmp, INFO_FILE), "w") as f:
-            json.dump(info, f, indent=2, sort_keys=True)
-        _fsync_tree(tmp)
-        if os.path.isdir(export_dir):
-            os.rmdir(export_dir)  # empty, checked above
-        os.rename(tmp, export_dir)
-        _fsync_dir(parent)
+        # Temp dir, fsync, rename (an empty export_dir is replaced); the
+        # temp dirs of a killed export of the same version are removed
+        # first, before the free space is counted.
+        with publish_dir(export_dir) as tmp:
+            _check_free_space(model, parent, export_dir, quantize)
+            info = _write(model, tmp, quantize, signature, retrieval,
+                          updatable)
+            with open(os.path.join(tmp, INFO_FILE), "w") as f:
+                json.dump(info, f, indent=2, sort_keys=True)
+    except ExportWriteError:
+        raise
     except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
         if _is_write_failure(e):
             raise ExportWriteError(export_dir, e) from e
         raise
@@ -258,26 +253,6 @@ def _check_free_space(model, parent: str, export_dir: str,
             f"{need:,} bytes and the file system of {parent} has {free:,} "
             "bytes free: free space or export to another directory. Nothing "
             "was written."))
-
-
-def _remove_stale_temps(parent: str, prefix: str) -> None:
-    """Temp dirs of this same export left by a killed process.
-
-    (They never look like a version to TF Serving, which only loads
-    numeric directory names, but they hold space.)
-    """
-    for name in os.listdir(parent):
-        if name.startswith(prefix):
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-
-
-def _fsync_tree(path: str) -> None:
-    """Flushes every file of the export before the rename publishes it,
-    so a power loss cannot leave a visible version with missing bytes."""
-    for root, _, files in os.walk(path):
-        for name in files:
-            _fsync_file(os.path.join(root, name))
-        _fsync_dir(root)
 
 
 def _write(model, path: str, quantize: Optional[str],

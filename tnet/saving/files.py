@@ -1,15 +1,20 @@
 """File plumbing of the three writers of published directories
-(checkpoints, serving exports, serving deltas): fsync, sha256, the
-disk-full test, safe names, progress.
+(checkpoints, serving exports, serving deltas): the one way to publish a
+directory (`publish_dir`) and a JSON file (`write_json_atomic`), fsync,
+sha256, the disk-full test, safe names, progress.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
+import json
 import logging
 import os
+import shutil
+import tempfile
 import time
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 
 _PROGRESS_SECONDS = 5.0
@@ -39,6 +44,78 @@ def _fsync_dir(path: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def fsync_tree(path: str) -> None:
+    """fsyncs every file and directory under `path` (itself included)."""
+    for root, _, files in os.walk(path):
+        for name in files:
+            _fsync_file(os.path.join(root, name))
+        _fsync_dir(root)
+
+
+def temp_prefix(final: str) -> str:
+    """The name prefix of `final`'s temporary directories, beside it:
+    hidden (TF Serving loads numeric version names only, checkpoint and
+    delta listings match their own names only)."""
+    return f".{os.path.basename(os.path.normpath(final))}.tmp-"
+
+
+def remove_stale_temps(final: str) -> None:
+    """Removes the temporary directories of `final` a killed writer left."""
+    parent, prefix = os.path.dirname(final), temp_prefix(final)
+    if not os.path.isdir(parent):
+        return
+    for name in os.listdir(parent):
+        if name.startswith(prefix):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+@contextlib.contextmanager
+def publish_dir(final: str) -> Iterator[str]:
+    """The one way checkpoints, serving exports and serving deltas publish
+    a directory: yields an empty temporary directory beside `final`
+    (`.<name>.tmp-*`, after removing any a killed writer left); when the
+    block ends without an error, fsyncs every file and directory in it,
+    renames it to `final` (an existing empty `final` is replaced; a
+    non-empty one fails the rename) and fsyncs the parent. On any error
+    the temporary directory is removed and the error propagates, so a
+    reader sees the whole directory or nothing, also after a power loss.
+    """
+    final = os.path.abspath(os.fspath(final))
+    parent = os.path.dirname(final)
+    os.makedirs(parent, exist_ok=True)
+    remove_stale_temps(final)
+    tmp = tempfile.mkdtemp(prefix=temp_prefix(final), dir=parent)
+    try:
+        yield tmp
+        fsync_tree(tmp)
+        if os.path.isdir(final) and not os.listdir(final):
+            os.rmdir(final)
+        os.rename(tmp, final)
+        _fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_json_atomic(path: str, obj: Any, **dump_args) -> None:
+    """Replaces the JSON file `path` atomically and durably: a temporary
+    file beside it, fsynced, renamed over it, the directory fsynced. A
+    reader sees the old or the new content, never half of one. (Inside a
+    `publish_dir` block a plain write is enough: the block fsyncs all.)"""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, **dump_args)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+    _fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def _is_disk_full(error: BaseException) -> bool:

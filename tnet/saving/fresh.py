@@ -60,15 +60,23 @@ changed since the restored step plus the current value (zero if gone) of
 every key the deltas after that step touched, so nothing served stays
 ahead of the trainer. A base exported after the restored step cannot be
 corrected this way: publish_delta refuses and asks for a new base.
+
+A trainer restored to a checkpoint newer than the last publish needs the
+keys freed between that publish and the checkpoint, which only the dead
+publisher had read from the deletion log. So every checkpoint records,
+per live publisher of the model, the keys it has read and not published
+yet (`publishing/<base_id>.h5`, `manifest["publishers"]`: base id, the
+last published version, deletes_incomplete; see `checkpoint_records`).
+`restore` hands them to the next publisher of that base
+(`restored_records`), which publishes them in its first delta when no
+delta was published after the checkpoint (otherwise the restored trainer
+is behind the last publish and the replay above covers them).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 import uuid
 import warnings
@@ -79,7 +87,7 @@ import numpy as np
 import tensorflow as tf
 
 from tnet.saving import delta_marks
-from tnet.saving.files import _fsync_dir, _fsync_file, _sha256
+from tnet.saving.files import _sha256, publish_dir
 
 logger = logging.getLogger("tnet.fresh")
 
@@ -298,34 +306,18 @@ def load_delta(export_dir: str, version: int,
 
 def _write_delta(export_dir: str, version: int, arrays: Dict[str, np.ndarray],
                  manifest: Dict[str, Any]) -> str:
-    parent = deltas_dir(export_dir)
-    os.makedirs(parent, exist_ok=True)
-    name = delta_name(version)
-    final = os.path.join(parent, name)
+    final = os.path.join(deltas_dir(export_dir), delta_name(version))
     if os.path.exists(final):
         raise DeltaError(f"{final} already exists; not publishing it twice")
-    for stale in os.listdir(parent):
-        if stale.startswith(f".{name}.tmp-"):
-            shutil.rmtree(os.path.join(parent, stale), ignore_errors=True)
-    tmp = tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=parent)
-    try:
+    # .delta-NNNNNN.tmp-*, fsynced, renamed (files.publish_dir).
+    with publish_dir(final) as tmp:
         payload = os.path.join(tmp, PAYLOAD)
         with open(payload, "wb") as f:
             np.savez(f, **arrays)
-        _fsync_file(payload)
         manifest = dict(manifest, files={PAYLOAD: {
             "sha256": _sha256(payload), "bytes": os.path.getsize(payload)}})
-        mpath = os.path.join(tmp, MANIFEST)
-        with open(mpath, "w") as f:
+        with open(os.path.join(tmp, MANIFEST), "w") as f:
             json.dump(manifest, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(tmp)
-        os.rename(tmp, final)
-        _fsync_dir(parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final
 
 
@@ -373,10 +365,51 @@ class DeltaPublisher:
             if any(c["mark"] < 0 for c in self.tables[name].changes()):
                 self.tables[name].mark_changes(True)  # not tracked yet
             self._drain(name, reset=True)
+        self._take_restored()
+        _LIVE.add(self)
+
+    def _take_restored(self) -> None:
+        """The freed keys the checkpoint the model was restored from
+        recorded for this base and that were not published yet."""
+        record = _RESTORED.get(self.model, {}).pop(self.info["base_id"],
+                                                   None)
+        if record is None:
+            return
+        last = self.last_version()
+        if record["version"] != last:
+            # Deltas after the checkpoint: the restored trainer is behind
+            # the last publish, and the first delta replays every key they
+            # touched (publish); the record's keys are among them.
+            logger.info("%s: the restored checkpoint's record is at delta "
+                        "%d, the export at %d: not used", self.export_dir,
+                        record["version"], last)
+            return
+        for name, keys in record["freed"].items():
+            if name in self._pending and len(keys):
+                self._pending[name].append(np.asarray(keys, np.int64))
+        self._incomplete = self._incomplete or bool(
+            record["deletes_incomplete"])
 
     def close(self) -> None:
         if self._drain_hook in delta_marks._BEFORE_MARK:  # noqa: SLF001
             delta_marks._BEFORE_MARK.remove(self._drain_hook)  # noqa: SLF001
+        _LIVE.discard(self)
+
+    def checkpoint_record(self) -> Dict[str, Any]:
+        """What a checkpoint of the model keeps of this publisher: the keys
+        freed since the last publish (read from the deletion log now),
+        and where publishing stands."""
+        freed = {}
+        for name in self.info["tables"]:
+            self._drain(name)
+            pending = self._pending[name]
+            freed[name] = (np.unique(np.concatenate(pending)) if pending
+                           else np.zeros(0, np.int64))
+        return {"export_dir": self.export_dir,
+                "base_id": self.info["base_id"],
+                "version": self.last_version(),
+                "through_step": self.through_step(),
+                "deletes_incomplete": self._incomplete, "freed": freed}
 
     def _drain_table(self, table) -> bool:
         for name, t in self.tables.items():
@@ -502,15 +535,40 @@ def _export_since(table, since: int, chunk: int = 1 << 20):
 
 
 _PUBLISHERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# Open publishers (checkpoints record theirs), and per model the records
+# of the checkpoint it was restored from ({base_id: record}).
+_LIVE: "weakref.WeakSet" = weakref.WeakSet()
+_RESTORED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def checkpoint_records(model) -> List[Dict[str, Any]]:
+    """For a checkpoint of `model`: per open publisher of it, the record
+    of `DeltaPublisher.checkpoint_record`."""
+    return [p.checkpoint_record() for p in list(_LIVE) if p.model is model]
+
+
+def restored_records(model, records: List[Dict[str, Any]]) -> None:
+    """Called by restore with the records of the checkpoint `model` was
+    restored from; the next publisher of each base takes its own."""
+    _RESTORED[model] = {r["base_id"]: r for r in records}
 
 
 def publisher(model, export_dir: str) -> DeltaPublisher:
     """The process's publisher of `model` into `export_dir` (created at
-    the first call: call it before training resumes after a restore)."""
+    the first call: call it before training resumes after a restore).
+    Creating one for a numeric version directory closes the model's
+    publishers of older versions beside it (the daily loop's days, a
+    compaction): the new base holds what they had left to publish."""
     export_dir = os.path.abspath(os.fspath(export_dir))
     per_model = _PUBLISHERS.setdefault(model, {})
     if export_dir not in per_model:
         per_model[export_dir] = DeltaPublisher(model, export_dir)
+        base, version = os.path.split(export_dir)
+        for other in list(per_model):
+            obase, oversion = os.path.split(other)
+            if obase == base and version.isdigit() and oversion.isdigit() \
+                    and int(oversion) < int(version):
+                per_model.pop(other).close()
     return per_model[export_dir]
 
 
@@ -537,10 +595,10 @@ def newest_export(export_dir: str) -> str:
         base = export_dir
     else:
         return export_dir
-    versions = [v for v in versions_of(base)
-                if "updatable" in read_info(os.path.join(base, str(v)),
-                                            full=True)]
-    return os.path.join(base, str(versions[-1])) if versions else export_dir
+    for v in reversed(versions_of(base)):  # newest first: one read a poll
+        if "updatable" in read_info(os.path.join(base, str(v)), full=True):
+            return os.path.join(base, str(v))
+    return export_dir
 
 
 def publish_delta(model, export_dir: str,
@@ -585,7 +643,6 @@ def publish_delta(model, export_dir: str,
             nxt = os.path.join(os.path.dirname(current),
                                str(int(os.path.basename(current)) + 1))
             path = export_for_serving(model, nxt, updatable=True)
-            publisher(model, path)  # starts at the new base's step
-            pub.close()
+            publisher(model, path)  # starts at the new base's step; closes pub
             return path
     return pub.publish()

@@ -75,6 +75,7 @@ def restore(model, path: str, track_changes: bool = False,
         if track_changes:
             _set_marks(tables[name], final_manifest["id"])
         rows += final_manifest["tables"][name]["rows"]
+    _restore_publishers(model, ckpt, final_manifest)
     say(f"restored {ckpt} (step {final_manifest['step']}, "
         f"{len(chain)} checkpoint(s), {len(tables)} tables, {rows:,} rows) "
         f"in {time.monotonic() - start:.1f}s")
@@ -114,6 +115,7 @@ def _verify_files(cpath: str, manifest: Dict[str, Any]) -> None:
                if t.get("deleted_file")]
     needed += [t["pending_file"] for t in manifest["tables"].values()
                if t.get("pending_file")]
+    needed += [p["file"] for p in manifest.get("publishers", [])]
     for rel in needed:
         if rel not in listed:
             raise CheckpointError(f"{os.path.join(cpath, MANIFEST)} does not "
@@ -279,6 +281,21 @@ def _restore_pending(table: SparseTable, name: str, newest) -> None:
     with h5py.File(os.path.join(cpath, rel), "r") as f:
         table.import_pending(f["keys"][:], f["counts"][:], f["ages"][:],
                              f["counters"][:])
+
+
+def _restore_publishers(model, cpath: str, manifest) -> None:
+    """The delta publishers' unpublished freed keys the checkpoint
+    recorded (checkpoint._write_publishers), for the model's next
+    publisher of each base (tnet.saving.fresh). Checkpoints written
+    before this, or by a trainer that published nothing, have none."""
+    from tnet.saving import fresh  # noqa: PLC0415
+    records = []
+    for entry in manifest.get("publishers", []):
+        with h5py.File(os.path.join(cpath, entry["file"]), "r") as f:
+            freed = {name: f[f"freed_{i}"][:].astype(np.int64)
+                     for i, name in enumerate(sorted(entry["freed"]))}
+        records.append({**entry, "freed": freed})
+    fresh.restored_records(model, records)
 
 
 def _import_batch(table: SparseTable, shard: int, k, w, s, m,

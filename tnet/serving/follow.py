@@ -28,9 +28,14 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from tnet.saving import fresh
+from tnet.saving.files import write_json_atomic
 from tnet.saving.fresh import DeltaError
 
 CHUNK_BYTES = 32 << 20  # rows per apply_rows request (gRPC message size)
+# Seconds between polls. A poll with nothing new costs a directory listing
+# and one serving_version request per target; the interval adds up to its
+# length to the freshness (BENCHMARKS.md, "bench_fresh at 10M rows").
+DEFAULT_INTERVAL = 1.0
 
 
 class InProcessTarget:
@@ -111,15 +116,10 @@ class Follower:
         os.makedirs(self.state_dir, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "-_." else "_"
                        for c in target.name)
-        path = os.path.join(self.state_dir, f"{safe}.json")
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"target": target.name, "version": version,
-                       "base_id": self.info["base_id"],
-                       "time": time.time()}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_json_atomic(os.path.join(self.state_dir, f"{safe}.json"),
+                          {"target": target.name, "version": version,
+                           "base_id": self.info["base_id"],
+                           "time": time.time()})
 
     def recorded(self, target) -> Optional[int]:
         self.state_dir = os.path.join(fresh.deltas_dir(self.export_dir),
@@ -231,8 +231,9 @@ def main(argv=None) -> int:
     parser.add_argument("--export_dir", required=True)
     parser.add_argument("--target", action="append", required=True,
                         help="grpc://HOST:PORT/MODEL_NAME (repeatable)")
-    parser.add_argument("--interval", type=float, default=10.0,
-                        help="seconds between polls")
+    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL,
+                        help="seconds between polls (adds up to this much "
+                             "to the freshness)")
     parser.add_argument("--once", action="store_true",
                         help="apply what is there and exit")
     args = parser.parse_args(argv)
