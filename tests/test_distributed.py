@@ -92,7 +92,7 @@ def test_ps_killed_stops_the_chief_with_the_task_named(tmp_path):
     assert "ps:1" in line
     code = cluster.wait(120)
     assert_all_stopped(cluster)
-    assert code == 3
+    assert code == tn.distribute.EXIT_RESTART == 138
 
 
 @pytest.mark.parametrize("tf_config,match", [
@@ -170,11 +170,12 @@ def test_lost_ps_is_named_from_the_error_not_a_probe(monkeypatch):
 
 
 def test_launch_restarts_the_whole_cluster_after_a_failed_chief(tmp_path):
-    """--restarts 2: a chief that exits 3 is restarted with new ps and
-    worker processes; a bad-flags exit (2) is not restarted."""
+    """--restarts 2: a chief that exits 138 (a lost task) is restarted
+    with new ps and worker processes; a bad-flags exit (2) is not
+    restarted."""
     chief = [sys.executable, "-c",
              "import os, sys; a = int(os.environ['TNET_LAUNCH_ATTEMPT']); "
-             "print('ATTEMPT', a, flush=True); sys.exit(0 if a == 1 else 3)"]
+             "print('ATTEMPT', a, flush=True); sys.exit(0 if a == 1 else 138)"]
     launch = [sys.executable, "-m", "tnet.launch", "--ps", "1", "--workers",
               "1", "--restart_delay", "0"]
     res = subprocess.run(launch + ["--restarts", "2", "--"] + chief, cwd=ROOT,
@@ -184,7 +185,7 @@ def test_launch_restarts_the_whole_cluster_after_a_failed_chief(tmp_path):
     assert [l.split()[-1] for l in out.splitlines() if "ATTEMPT" in l] == \
         ["0", "1"]
     assert out.count("[launch] restarting the whole cluster (restart 1 of 2)"
-                     " after exit 3") == 1
+                     " after exit 138") == 1
     pids = re.findall(r"\[launch\] ps:0 pid=(\d+)", out)
     assert len(set(pids)) == 2  # a new ps
     bad = [sys.executable, "-c", "import sys; sys.exit(2)"]

@@ -58,6 +58,19 @@ GRPC_DEFAULT_OPTIONS = ("grpc.keepalive_time_ms=5000,"
                         "grpc.keepalive_timeout_ms=5000")
 
 
+# The chief's exit status when the job cannot go on but a restart of the
+# whole cluster can (a lost ps, a step that never returns): "restart me".
+# 138 because Kubeflow's training operator restarts a replica with
+# `restartPolicy: ExitCode` only for exit codes it calls retryable: 128-255
+# now (pkg/util/train/train_util.go: `exitCode >= 128`), and 130, 137, 138
+# and 143 in earlier releases, where 138 (128 + SIGUSR1) is the one set
+# aside for a program's own retryable errors; 1-127 are permanent there.
+# 1 (an unexpected error), 2 (bad flags or TF_CONFIG) and 4 (bad input)
+# stay permanent: a restart would fail the same way. README "Failures
+# across hosts".
+EXIT_RESTART = 138
+
+
 # How long the chief lets closures fail on a ps that does not answer (link
 # down, host paused) before it gives up on the job (TNET_PS_TIMEOUT). A ps
 # that refuses connections (its process is gone) ends the job at once.
@@ -84,7 +97,8 @@ def _install_ps_failure_policy() -> None:
     job dies, or survives, by chance. tnet's rule instead: a ps that refuses
     connections is dead (fail now); a ps that does not answer is retried
     while it has been failing for less than `ps_timeout()` seconds with no
-    step finishing in between; past that the chief exits 3 naming it.
+    step finishing in between; past that the chief exits EXIT_RESTART
+    (138) naming it.
     Setting TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES keeps TensorFlow's
     rule."""
     from tensorflow.python.distribute.coordinator import (  # noqa: PLC0415
@@ -142,7 +156,8 @@ def _install_ps_failure_policy() -> None:
     # Failures against a silent ps come only every ~20 s (gRPC's connect
     # timeout), so the budget is also checked by the clock: once a ps has
     # failed steps for longer than it with no step finishing since, the
-    # chief prints the lost-task line (from the last error) and exits 3.
+    # chief prints the lost-task line (from the last error) and exits
+    # EXIT_RESTART.
     def watch():
         while True:
             time.sleep(1.0)
@@ -156,7 +171,7 @@ def _install_ps_failure_policy() -> None:
                 print(f"tnet: {lost} (no step finished for "
                       f"TNET_PS_TIMEOUT={ps_timeout():g} s)",
                       file=sys.stderr, flush=True)
-                exit_now(3)
+                exit_now(EXIT_RESTART)
 
     cc.Cluster._record_and_ignore_transient_ps_failure = (  # noqa: SLF001
         ignore_transient_ps_failure)
@@ -200,7 +215,7 @@ def _install_step_watchdog() -> None:
     running: the job is stuck (a remote call that never returns), and a
     restart from the newest checkpoint (tnet.launch --restarts, a TFJob
     restart policy) is the way on. Prints one line naming the workers whose
-    step has been running that long, then exits with status 3.
+    step has been running that long, then exits with EXIT_RESTART (138).
 
     A worker that is lost for good does not trip it while the others keep
     finishing steps (ClusterCoordinator waits up to an hour for a lost
@@ -241,7 +256,7 @@ def _install_step_watchdog() -> None:
                       "the cluster (tnet.launch --restarts N, or a TFJob "
                       "restartPolicy) to resume from the newest checkpoint.",
                       file=sys.stderr, flush=True)
-                exit_now(3)
+                exit_now(EXIT_RESTART)
 
     threading.Thread(target=watch, name="tnet-step-watchdog",
                      daemon=True).start()
@@ -449,7 +464,8 @@ def explain_failure(error: BaseException) -> Optional[LostTaskError]:
         "cluster. The tables and dense variables on a ps cannot be rebuilt "
         "from the other tasks, so training cannot continue: restart the "
         "whole cluster (tnet.launch --restarts N, or a TFJob restartPolicy "
-        "of OnFailure/ExitCode); with checkpoints enabled training resumes "
+        "of ExitCode or OnFailure on the chief); with checkpoints enabled "
+        "training resumes "
         f"from the newest one. Original error: {type(error).__name__}: "
         f"{first}", [name for name, _, _ in lost])
 

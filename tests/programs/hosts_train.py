@@ -11,7 +11,7 @@ Lines it prints:
   HOSTS_DONE iterations=N planned=M
   HOSTS_SHOWS table=T shows=S per_step=P   (per table: S / P = the pushes
                                   that landed, in batches)
-  HOSTS_LOST <tnet's one-line lost-task message>   (then exit 3)
+  HOSTS_LOST <tnet's one-line lost-task message>   (then exit 138)
 """
 import argparse
 import os
@@ -115,7 +115,7 @@ def main() -> int:
         note = tn.distribute.steps_lost_note(RUN.get("model"),
                                              RUN.get("checkpoint"))
         print(f"HOSTS_LOST {lost} ({note})", file=sys.stderr, flush=True)
-        tn.distribute.exit_now(3)
+        tn.distribute.exit_now(tn.distribute.EXIT_RESTART)
     return 0
 
 
