@@ -233,3 +233,76 @@ def test_checkpoint_steps_do_not_drift_when_a_step_counts_twice(tmp_path):
     again.fit(dataset(640), epochs=4, callbacks=[ckpt2], verbose=0)
     assert ckpt2.restored_step == 30 and ckpt2.resumed_at == (3, 0)
     assert [s for s, _ in tn.saving.list_checkpoints(tmp_path)][-1] == 40
+
+
+# A chief whose watchdog sees worker closures that never return. The
+# closures are fakes: `cc.Worker._process_closure` is replaced before the
+# watchdog wraps it, so no cluster is needed. Prints STUCK when worker:1's
+# step starts; worker:0 finishes a step every 0.1 s for `busy` s first.
+_WATCHDOG_CHIEF = """
+import sys, threading, time
+import tnet as tn
+from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+
+busy = float(sys.argv[1])
+never = threading.Event()
+
+def fake_process_closure(self, closure):
+    if closure == "stuck":
+        never.wait()
+    else:
+        time.sleep(0.1)
+
+class FakeWorker:
+    def __init__(self, index):
+        self.worker_index = index
+
+cc.Worker._process_closure = fake_process_closure
+tn.distribute._install_step_watchdog()
+threading.Thread(target=cc.Worker._process_closure,
+                 args=(FakeWorker(1), "stuck"), daemon=True).start()
+print("STUCK", flush=True)
+end = time.monotonic() + busy
+while time.monotonic() < end:
+    cc.Worker._process_closure(FakeWorker(0), "step")
+print("IDLE", flush=True)
+never.wait(60)
+print("NOT STOPPED", flush=True)
+"""
+
+
+@pytest.mark.parametrize("busy", [0.0, 3.0])
+def test_step_watchdog_ends_a_stuck_job_with_one_named_line(busy):
+    """TNET_STEP_TIMEOUT=1: a step that never returns ends the chief with
+    EXIT_RESTART (138) and one line naming its worker, about 1 s after the
+    last step of any worker finished; while another worker keeps finishing
+    steps (busy 3 s) the stuck one does not trip it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG_CHIEF, str(busy)], cwd=ROOT,
+        env=dict(_env(), TNET_STEP_TIMEOUT="1"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        stamps = {}
+        for line in proc.stdout:  # to the end: the exit, or NOT STOPPED
+            stamps[line.split()[0]] = time.monotonic()
+        proc.wait(timeout=60)
+        ended = time.monotonic()
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == tn.distribute.EXIT_RESTART == 138, err[-3000:]
+    assert "NOT STOPPED" not in stamps and "STUCK" in stamps, (stamps, err)
+    if busy:
+        assert "IDLE" in stamps, (stamps, err)  # not tripped while busy
+    # The last step finished at IDLE (busy) or never (the stuck one started
+    # at STUCK): 1 s later plus the watchdog's poll (0.25 s) and exit.
+    last = stamps.get("IDLE", stamps["STUCK"])
+    assert ended - last < 1 + 2.0, (ended - last, err[-2000:])
+    lines = [l for l in err.splitlines() if l.startswith("tnet:")]
+    assert len(lines) == 1, err[-3000:]
+    assert "no step finished for" in lines[0]
+    assert "TNET_STEP_TIMEOUT=1" in lines[0]
+    assert "the step on worker:1 never returned" in lines[0], lines[0]
+    assert "worker:0" not in lines[0]
+    assert "--restarts" in lines[0]
