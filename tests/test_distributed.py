@@ -306,3 +306,23 @@ def test_step_watchdog_ends_a_stuck_job_with_one_named_line(busy):
     assert "the step on worker:1 never returned" in lines[0], lines[0]
     assert "worker:0" not in lines[0]
     assert "--restarts" in lines[0]
+
+
+def test_exit_now_prints_one_line_when_two_threads_give_up_at_once():
+    """The ps-timeout watch and the main thread can give up on the same
+    ps together: the first exit_now prints its line and ends the process,
+    the other waits for the end."""
+    code = ("import sys, threading, tnet as tn\n"
+            "sys.setswitchinterval(1e-6)  # switch threads often\n"
+            "go = threading.Barrier(8)\n"
+            "def give_up(i):\n"
+            "    go.wait()\n"
+            "    tn.distribute.exit_now(138, f'LOST from thread {i}')\n"
+            "for i in range(7):\n"
+            "    threading.Thread(target=give_up, args=(i,)).start()\n"
+            "give_up(7)\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 138, res.stderr[-3000:]
+    assert len([l for l in res.stderr.splitlines()
+                if l.startswith("LOST from thread")]) == 1, res.stderr[-3000:]

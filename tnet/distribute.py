@@ -18,6 +18,7 @@ import json
 import os
 import re
 import sys
+import threading
 from typing import Any, Dict, Optional
 
 import tensorflow as tf
@@ -106,7 +107,6 @@ def _install_ps_failure_policy() -> None:
     if getattr(cc.Cluster, "_tnet_policy", False) or \
             "TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES" in os.environ:
         return
-    import threading  # noqa: PLC0415
     import time  # noqa: PLC0415
     import queue  # noqa: PLC0415
     lock = threading.Lock()
@@ -168,10 +168,8 @@ def _install_ps_failure_policy() -> None:
                 lost = explain_failure(overdue[0][1]) or (
                     f"lost parameter server task(s) ps:{overdue[0][0]}: "
                     + " ".join(str(overdue[0][1]).split())[:300])
-                print(f"tnet: {lost} (no step finished for "
-                      f"TNET_PS_TIMEOUT={ps_timeout():g} s)",
-                      file=sys.stderr, flush=True)
-                exit_now(EXIT_RESTART)
+                exit_now(EXIT_RESTART, f"tnet: {lost} (no step finished for "
+                         f"TNET_PS_TIMEOUT={ps_timeout():g} s)")
 
     cc.Cluster._record_and_ignore_transient_ps_failure = (  # noqa: SLF001
         ignore_transient_ps_failure)
@@ -224,7 +222,6 @@ def _install_step_watchdog() -> None:
     if timeout <= 0 or _watchdog["installed"]:
         return
     _watchdog["installed"] = True
-    import threading  # noqa: PLC0415
     import time  # noqa: PLC0415
     from tensorflow.python.distribute.coordinator import (  # noqa: PLC0415
         cluster_coordinator as cc)
@@ -250,13 +247,13 @@ def _install_step_watchdog() -> None:
                            if now - t > timeout)
             if stuck and now - last["finished"] > timeout:
                 names = ", ".join(f"worker:{i}" for i in stuck)
-                print(f"tnet: no step finished for {now - last['finished']:.0f}"
-                      f" s (TNET_STEP_TIMEOUT={timeout:g}); the step on "
-                      f"{names} never returned. Stopping the chief: restart "
-                      "the cluster (tnet.launch --restarts N, or a TFJob "
-                      "restartPolicy) to resume from the newest checkpoint.",
-                      file=sys.stderr, flush=True)
-                exit_now(EXIT_RESTART)
+                exit_now(EXIT_RESTART,
+                         f"tnet: no step finished for "
+                         f"{now - last['finished']:.0f} s (TNET_STEP_TIMEOUT="
+                         f"{timeout:g}); the step on {names} never returned. "
+                         "Stopping the chief: restart the cluster (tnet.launch"
+                         " --restarts N, or a TFJob restartPolicy) to resume "
+                         "from the newest checkpoint.")
 
     threading.Thread(target=watch, name="tnet-step-watchdog",
                      daemon=True).start()
@@ -478,7 +475,6 @@ def steps_lost_note(model=None, checkpoint=None, timeout: float = 3.0) -> str:
     saved = getattr(checkpoint, "last_saved_step", None)
     reached = None
     if model is not None and getattr(model, "optimizer", None) is not None:
-        import threading  # noqa: PLC0415
         box = {}
 
         def read():
@@ -505,8 +501,17 @@ def steps_lost_note(model=None, checkpoint=None, timeout: float = 3.0) -> str:
     return note
 
 
-def exit_now(code: int) -> None:
-    """Flushes stdout/stderr and ends the process at once with `code`.
+_exiting = threading.Lock()  # taken by exit_now, never given back
+
+
+def exit_now(code: int, message: Optional[str] = None) -> None:
+    """Prints `message` (if any) on stderr, flushes stdout/stderr and ends
+    the process at once with `code`.
+
+    Only the first caller prints and exits: a thread that calls it while
+    another is exiting waits for the end of the process. So the chief
+    prints one lost-task line even when its ps-timeout watch and its main
+    thread (a failed `fit`) give up on the same ps at the same time.
 
     A normal interpreter exit on a cluster's chief tears down the eager
     context, which removes every function from every remote task and waits
@@ -515,6 +520,12 @@ def exit_now(code: int) -> None:
     partitions). A chief program whose work is written (checkpoints,
     exports, summaries) has nothing left to clean up: `tnet.train` ends
     with it under a cluster, and a program of your own can too."""
+    _exiting.acquire()
+    if message is not None:
+        try:
+            print(message, file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -103,8 +103,8 @@ def main() -> int:
         lost = tn.distribute.explain_failure(e)
         if lost is None:
             raise
-        print(f"FAULT_LOST_PS {lost}", file=sys.stderr, flush=True)
-        tn.distribute.exit_now(tn.distribute.EXIT_RESTART)
+        tn.distribute.exit_now(tn.distribute.EXIT_RESTART,
+                               f"FAULT_LOST_PS {lost}")
     return 0
 
 

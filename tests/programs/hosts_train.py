@@ -114,8 +114,8 @@ def main() -> int:
             raise
         note = tn.distribute.steps_lost_note(RUN.get("model"),
                                              RUN.get("checkpoint"))
-        print(f"HOSTS_LOST {lost} ({note})", file=sys.stderr, flush=True)
-        tn.distribute.exit_now(tn.distribute.EXIT_RESTART)
+        tn.distribute.exit_now(tn.distribute.EXIT_RESTART,
+                               f"HOSTS_LOST {lost} ({note})")
     return 0
 
 
