@@ -169,6 +169,75 @@ def test_lost_ps_is_named_from_the_error_not_a_probe(monkeypatch):
             s.close()
 
 
+# The error of a step that failed with ps:1 cut off (tests/test_hosts.py,
+# 2026-11-25; the "Detected at node" lines before it left out): ps:0 is a
+# remote target too, but its own error only passes on ps:1's.
+_CUT_PS1_ERROR = (
+    '2 root error(s) found.\n'
+    '  (0) UNAVAILABLE:   recvmsg:Connection timed out\n'
+    'Additional GRPC error information from remote target /job:ps'
+    '/replica:0/task:1 while calling /tensorflow.WorkerService/Re'
+    'cvTensor:\n'
+    ':UNKNOWN:Error received from peer  {grpc_message:"recvmsg:Co'
+    'nnection timed out", grpc_status:14}\n'
+    '\t [[{{node Adagrad/Cast_3/ReadVariableOp/_134}}]]\n'
+    'Additional GRPC error information from remote target /job:ps'
+    '/replica:0/task:0/device:CPU:0 while calling /tensorflow.eag'
+    'er.EagerService/RunComponentFunction:\n'
+    ':UNKNOWN:Error received from peer  {grpc_status:14, grpc_mes'
+    'sage:" recvmsg:Connection timed out\\nAdditional GRPC error i'
+    'nformation from remote target /job:ps/replica:0/task:1 while'
+    ' calling /tensorflow.WorkerService/RecvTensor:\\n:UNKNOWN:Err'
+    'or received from peer  {grpc_message:\\"recvmsg:Connection ti'
+    'med out\\", grpc_status:14}\\n\\t [[{{node Adagrad/Cast_3/ReadV'
+    'ariableOp/_134}}]]"}\n'
+    '  (1) UNAVAILABLE:  recvmsg:Connection timed out\n'
+    'Additional GRPC error information from remote target /job:ps'
+    '/replica:0/task:1 while calling /tensorflow.WorkerService/Re'
+    'cvTensor:\n'
+    ':UNKNOWN:Error received from peer  {grpc_message:"recvmsg:Co'
+    'nnection timed out", grpc_status:14}\n'
+    '\t [[{{node Adagrad/Cast_3/ReadVariableOp/_134}}]]\n'
+    'Additional GRPC error information from remote target /job:ps'
+    '/replica:0/task:0 while calling /tensorflow.WorkerService/Re'
+    'cvTensor:\n'
+    ':UNKNOWN:Error received from peer  {grpc_message:"recvmsg:Co'
+    'nnection timed out\\nAdditional GRPC error information from r'
+    'emote target /job:ps/replica:0/task:1 while calling /tensorf'
+    'low.WorkerService/RecvTensor:\\n:UNKNOWN:Error received from '
+    'peer  {grpc_message:\\"recvmsg:Connection timed out\\", grpc_s'
+    'tatus:14}\\n\\t [[{{node Adagrad/Cast_3/ReadVariableOp/_134}}]'
+    ']", grpc_status:14}\n'
+    '\t [[GroupCrossDeviceControlEdges_1/NoOp/_167]]\n'
+    '0 successful operations.\n'
+    '1 derived errors ignored.\n'
+)
+
+
+def test_a_ps_that_only_passed_the_error_on_is_not_named(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"chief": ["10.231.0.10:2222"],
+                     "worker": ["10.231.0.13:2222"],
+                     "ps": ["10.231.0.11:2222", "10.231.0.12:2222"]},
+         "task": {"type": "chief", "index": 0}}))
+    error = tf.errors.UnavailableError(None, None, _CUT_PS1_ERROR)
+    assert tn.distribute.tasks_named_in(error) == ["ps:1"]
+    assert tn.distribute.blamed_ps(
+        error, ["10.231.0.11:2222", "10.231.0.12:2222"]) == ["ps:1"]
+    lost = tn.distribute.explain_failure(error)
+    assert lost.tasks == ["ps:1"]
+    assert str(lost).startswith(
+        "lost parameter server task(s) ps:1 (10.231.0.12:2222): dead")
+    # Only relays named: every remote target stays a candidate.
+    relayed = ("Additional GRPC error information from remote target "
+               "/job:ps/replica:0/task:0 while calling X:\n:UNKNOWN:Error "
+               "received from peer  {grpc_message:\"a\\nAdditional GRPC "
+               "error information from remote target /job:worker/replica:0/"
+               "task:0 while calling Y: b\"}")
+    assert tn.distribute.tasks_named_in(
+        tf.errors.UnavailableError(None, None, relayed)) == ["ps:0"]
+
+
 def test_launch_restarts_the_whole_cluster_after_a_failed_chief(tmp_path):
     """--restarts 2: a chief that exits 138 (a lost task) is restarted
     with new ps and worker processes; a bad-flags exit (2) is not

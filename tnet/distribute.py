@@ -99,7 +99,9 @@ def _install_ps_failure_policy() -> None:
     connections is dead (fail now); a ps that does not answer is retried
     while it has been failing for less than `ps_timeout()` seconds with no
     step finishing in between; past that the chief exits EXIT_RESTART
-    (138) naming it.
+    (138) naming it. A failure counts against the ps its error blames
+    (`blamed_ps`), not every ps it mentions (TensorFlow's count): a
+    reachable ps that passed the cut one's error on is not failing.
     Setting TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES keeps TensorFlow's
     rule."""
     from tensorflow.python.distribute.coordinator import (  # noqa: PLC0415
@@ -109,6 +111,7 @@ def _install_ps_failure_policy() -> None:
         return
     import time  # noqa: PLC0415
     import queue  # noqa: PLC0415
+    addresses = (parse_tf_config() or {}).get("cluster", {}).get("ps", [])
     lock = threading.Lock()
     streaks: Dict[int, list] = {}   # ps index -> [first, last, error]
     # The errors kept here are dropped by a thread of their own: an error's
@@ -131,7 +134,8 @@ def _install_ps_failure_policy() -> None:
         if "Connection refused" in text or "connection refused" in text:
             return False
         now, budget = time.monotonic(), ps_timeout()
-        tasks = cc._extract_failed_ps_instances(text)  # noqa: SLF001
+        tasks = ([int(t.split(":")[1]) for t in blamed_ps(e, addresses)]
+                 or sorted(cc._extract_failed_ps_instances(text)))  # noqa: SLF001
         with lock:
             for t in tasks:
                 streak = streaks.get(t)
@@ -396,23 +400,61 @@ _REMOTE_TARGET = re.compile(
     r"remote target /job:(ps|worker|chief)/replica:\d+/task:(\d+)")
 
 
+def _relays(text: str, end: int) -> bool:
+    """Whether the remote target whose mention ends at `end` only passed on
+    another task's error: the gRPC error it answered with (the `{...}`
+    after the mention) names a further remote target before it closes."""
+    payload = text.find("{", end)
+    if payload < 0:
+        return False
+    close = text.find("}", payload)
+    further = text.find("remote target", payload)
+    return further >= 0 and (close < 0 or further < close)
+
+
 def tasks_named_in(error: BaseException, job: str = "ps"):
-    """Tasks of `job` an error's text names ("ps:1"): those it names as the
-    gRPC remote target that failed (TensorFlow's "GRPC error information
-    from remote target /job:ps/replica:0/task:1"), or, when it names none
-    that way, every task of `job` it mentions; in order, without repeats.
-    (An error from a cut ps also mentions the other ps tasks, whose ops of
-    the same step were cancelled.)"""
+    """Tasks of `job` an error's text names ("ps:1"), in order, without
+    repeats: those it names as the gRPC remote target that failed
+    (TensorFlow's "GRPC error information from remote target
+    /job:ps/replica:0/task:1 while calling ...", followed by that task's
+    own error), leaving out a remote target that only passed another
+    task's error on (measured with ps:1 cut off: ps:0 answered "RecvTensor
+    from remote target /job:ps/replica:0/task:1 failed"); when that leaves
+    none, every task it names as a remote target; when it names none that
+    way, every task of `job` it mentions (an error from a cut ps also
+    mentions the other ps tasks, whose ops of the same step were
+    cancelled)."""
     text = str(error)
-    for pattern in (_REMOTE_TARGET, _TASK_IN_ERROR):
-        out = []
-        for kind, index in pattern.findall(text):
-            name = f"{kind}:{index}"
-            if kind == job and name not in out:
-                out.append(name)
-        if out:
-            return out
-    return []
+    failed, targets = [], []
+    for m in _REMOTE_TARGET.finditer(text):
+        kind, name = m.group(1), f"{m.group(1)}:{m.group(2)}"
+        if kind != job:
+            continue
+        if name not in targets:
+            targets.append(name)
+        if name not in failed and not _relays(text, m.end()):
+            failed.append(name)
+    if failed or targets:
+        return failed or targets
+    out = []
+    for kind, index in _TASK_IN_ERROR.findall(text):
+        name = f"{kind}:{index}"
+        if kind == job and name not in out:
+            out.append(name)
+    return out
+
+
+def blamed_ps(error: BaseException, addresses) -> list:
+    """The ps tasks ("ps:1") a failed step's error blames: those
+    `tasks_named_in` finds, narrowed to the ones whose address (TF_CONFIG's
+    `addresses`) gRPC names as the one it could not reach ("ipv4:10.0.0.7:
+    2222") when the text has any. Both the lost-task line and the ps
+    timeout's clock go by it."""
+    named = [t for t in tasks_named_in(error, "ps")
+             if int(t.split(":")[1]) < len(addresses)]
+    text = str(error)
+    unreachable = [t for t in named if addresses[int(t.split(":")[1])] in text]
+    return unreachable or named
 
 
 _CLUSTER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
@@ -435,14 +477,7 @@ def explain_failure(error: BaseException) -> Optional[LostTaskError]:
     if config is None:
         return None
     ps = config["cluster"].get("ps", [])
-    named = [t for t in tasks_named_in(error, "ps")
-             if int(t.split(":")[1]) < len(ps)]
-    # gRPC names the address it could not reach ("ipv4:10.0.0.7:2222"): a
-    # ps whose TF_CONFIG address is in the text is the one that failed (an
-    # error also names other ps tasks whose part of the step was cancelled).
-    text = str(error)
-    unreachable = [t for t in named if ps[int(t.split(":")[1])] in text]
-    named = unreachable or named
+    named = blamed_ps(error, ps)
     if named and (isinstance(error, (tf.errors.UnavailableError,
                                      tf.errors.DeadlineExceededError,
                                      tf.errors.AbortedError))
