@@ -166,12 +166,15 @@ def test_worker_partition_job_finishes_and_the_other_worker_trains(
           f"before {before:.1f}, during {during:.1f} ({during / before:.2f}x), "
           f"chief exit {exited - done:.1f}s after fit, "
           f"steps counted twice and recounted: {_recounted(out)}, "
-          f"extra pushes (batches) {_extra_pushes(out, 16 * STEPS)}")
+          f"extra pushes (batches) {_extra_pushes(out, 16 * STEPS)}, "
+          f"dense updates landed twice {_extra_dense(out, 16 * STEPS)}")
     assert exited - done <= END_BOUND, exited - done
     # At-least-once, bounded: only the cut worker's step in flight can land
     # and run again (README "Failures across hosts").
     for table, extra in _extra_pushes(out, 16 * STEPS).items():
         assert 0 <= extra <= 1, (table, extra)
+    for ps, extra in _extra_dense(out, 16 * STEPS).items():
+        assert 0 <= extra <= 1, (ps, extra)
     assert during >= 0.4 * before, (before, during)
     assert run.saved() == [STEPS * e for e in range(1, 17)], run.saved()
     assert f"HOSTS_DONE iterations={16 * STEPS} planned={16 * STEPS}" in out
@@ -200,14 +203,19 @@ def test_ps_partition_stalls_then_goes_on(hosts, tmp_path, trial):
     extra = _extra_pushes(out, 10 * STEPS)
     print(f"ps cut: steps/s during the cut {stall:.1f}, steps counted twice "
           f"and recounted: {_recounted(out)}, extra pushes (batches) "
-          f"{extra}, resumed "
+          f"{extra}, dense updates landed twice "
+          f"{_extra_dense(out, 10 * STEPS)}, resumed "
           f"{(run.first(r'HOSTS_SAVED step=200 ', cut) or 0) - heal:.1f}s "
           "after the heal (epoch 2 saved)")
-    # A failed attempt can push only after all its pulls and its gradient:
-    # at most each worker's step in flight at the cut, partly (to the ps
-    # still reachable); attempts during the cut fail at their pulls.
+    # A failed attempt can push, or update the dense variables, only after
+    # all its pulls and its gradient: at most each worker's step in flight
+    # at the cut, partly (to the ps still reachable); attempts during the
+    # cut fail at their pulls. (optimizer.iterations, recounted, can count
+    # every attempt: its += 1 waits on nothing.)
     for table, batches in extra.items():
         assert 0 <= batches <= 2, (table, batches)
+    for ps, steps in _extra_dense(out, 10 * STEPS).items():
+        assert 0 <= steps <= 2, (ps, steps)
 
 
 def _recounted(out):
@@ -225,6 +233,15 @@ def _extra_pushes(out, steps):
                        out)
     assert found, out[-3000:]
     return {t: int(s) / int(p) - steps for t, s, p in found}
+
+
+def _extra_dense(out, steps):
+    """Per ps, the steps whose dense update reached it beyond `steps` (from
+    HOSTS_DENSE: hosts_train.py's counters, which a step adds to once its
+    dense gradients exist, as the optimizer's updates need)."""
+    found = re.findall(r"HOSTS_DENSE ps=(\d+) landed=(\d+)", out)
+    assert found, out[-3000:]
+    return {f"ps:{k}": int(n) - steps for k, n in found}
 
 
 def _lost_line(out):
