@@ -418,8 +418,8 @@ def tasks_named_in(error: BaseException, job: str = "ps"):
     (TensorFlow's "GRPC error information from remote target
     /job:ps/replica:0/task:1 while calling ...", followed by that task's
     own error), leaving out a remote target that only passed another
-    task's error on (measured with ps:1 cut off: ps:0 answered "RecvTensor
-    from remote target /job:ps/replica:0/task:1 failed"); when that leaves
+    task's error on (measured with ps:1 cut off: the error ps:0 answered
+    with was ps:1's, from its own RecvTensor call to ps:1); when that leaves
     none, every task it names as a remote target; when it names none that
     way, every task of `job` it mentions (an error from a cut ps also
     mentions the other ps tasks, whose ops of the same step were
