@@ -112,3 +112,41 @@ def test_a_failed_export_check_is_moved_aside_and_redone(tmp_path, monkeypatch):
 def tn_spec(path):
     import tnet as tn  # noqa: PLC0415
     return tn.data.spec.load(str(path))
+
+
+def test_daily_steps_do_not_drift_when_a_step_counts_twice(monkeypatch):
+    """A retried step that counted twice in optimizer.iterations during a
+    day's fit on a cluster (simulated: one extra increment in each day) is
+    taken off after the fit, as tn.callbacks.Checkpoint does at an epoch
+    end: every day adds exactly its steps, so days.json's train_step stays
+    steps x days (tnet/train_daily.py `_fit_day`, the cluster path, run
+    here in one process)."""
+    import tf_keras  # noqa: PLC0415
+    from absl import flags  # noqa: PLC0415
+    import tnet.train  # noqa: F401,PLC0415  (defines the flags)
+    from tnet import train_daily  # noqa: PLC0415
+    from tests.support.ckpt import dataset, tiny  # noqa: PLC0415
+    FLAGS = flags.FLAGS
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    monkeypatch.setattr(FLAGS, "batch_size", 64)
+
+    class Day:  # what _fit_day reads of a day's SpecJobData
+        train_rows = 640  # 10 steps of 64
+
+        def train(self, input_context=None, repeat=False):
+            return dataset(640, batch=64).repeat() if repeat else dataset(640)
+
+    class CountTwice(tf_keras.callbacks.Callback):
+        fired = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 4:
+                self.model.optimizer.iterations.assign_add(1)
+                CountTwice.fired += 1
+
+    model = tiny(2)
+    for day in range(3):
+        train_daily._fit_day(model, Day(), True, [CountTwice()])
+        assert int(model.optimizer.iterations.numpy()) == 10 * (day + 1)
+    assert CountTwice.fired == 3

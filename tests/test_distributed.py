@@ -92,7 +92,7 @@ def test_ps_killed_stops_the_chief_with_the_task_named(tmp_path):
     assert "ps:1" in line
     code = cluster.wait(120)
     assert_all_stopped(cluster)
-    assert code == 3
+    assert code == tn.distribute.EXIT_RESTART == 138
 
 
 @pytest.mark.parametrize("tf_config,match", [
@@ -169,12 +169,82 @@ def test_lost_ps_is_named_from_the_error_not_a_probe(monkeypatch):
             s.close()
 
 
+# The error of a step that failed with ps:1 cut off (tests/test_hosts.py,
+# 2026-11-25; the "Detected at node" lines before it left out): ps:0 is a
+# remote target too, but its own error only passes on ps:1's.
+_CUT_PS1_ERROR = (
+    '2 root error(s) found.\n'
+    '  (0) UNAVAILABLE:   recvmsg:Connection timed out\n'
+    'Additional GRPC error information from remote target /job:ps'
+    '/replica:0/task:1 while calling /tensorflow.WorkerService/Re'
+    'cvTensor:\n'
+    ':UNKNOWN:Error received from peer  {grpc_message:"recvmsg:Co'
+    'nnection timed out", grpc_status:14}\n'
+    '\t [[{{node Adagrad/Cast_3/ReadVariableOp/_134}}]]\n'
+    'Additional GRPC error information from remote target /job:ps'
+    '/replica:0/task:0/device:CPU:0 while calling /tensorflow.eag'
+    'er.EagerService/RunComponentFunction:\n'
+    ':UNKNOWN:Error received from peer  {grpc_status:14, grpc_mes'
+    'sage:" recvmsg:Connection timed out\\nAdditional GRPC error i'
+    'nformation from remote target /job:ps/replica:0/task:1 while'
+    ' calling /tensorflow.WorkerService/RecvTensor:\\n:UNKNOWN:Err'
+    'or received from peer  {grpc_message:\\"recvmsg:Connection ti'
+    'med out\\", grpc_status:14}\\n\\t [[{{node Adagrad/Cast_3/ReadV'
+    'ariableOp/_134}}]]"}\n'
+    '  (1) UNAVAILABLE:  recvmsg:Connection timed out\n'
+    'Additional GRPC error information from remote target /job:ps'
+    '/replica:0/task:1 while calling /tensorflow.WorkerService/Re'
+    'cvTensor:\n'
+    ':UNKNOWN:Error received from peer  {grpc_message:"recvmsg:Co'
+    'nnection timed out", grpc_status:14}\n'
+    '\t [[{{node Adagrad/Cast_3/ReadVariableOp/_134}}]]\n'
+    'Additional GRPC error information from remote target /job:ps'
+    '/replica:0/task:0 while calling /tensorflow.WorkerService/Re'
+    'cvTensor:\n'
+    ':UNKNOWN:Error received from peer  {grpc_message:"recvmsg:Co'
+    'nnection timed out\\nAdditional GRPC error information from r'
+    'emote target /job:ps/replica:0/task:1 while calling /tensorf'
+    'low.WorkerService/RecvTensor:\\n:UNKNOWN:Error received from '
+    'peer  {grpc_message:\\"recvmsg:Connection timed out\\", grpc_s'
+    'tatus:14}\\n\\t [[{{node Adagrad/Cast_3/ReadVariableOp/_134}}]'
+    ']", grpc_status:14}\n'
+    '\t [[GroupCrossDeviceControlEdges_1/NoOp/_167]]\n'
+    '0 successful operations.\n'
+    '1 derived errors ignored.\n'
+)
+
+
+def test_a_ps_that_only_passed_the_error_on_is_not_named(monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"chief": ["10.231.0.10:2222"],
+                     "worker": ["10.231.0.13:2222"],
+                     "ps": ["10.231.0.11:2222", "10.231.0.12:2222"]},
+         "task": {"type": "chief", "index": 0}}))
+    error = tf.errors.UnavailableError(None, None, _CUT_PS1_ERROR)
+    assert tn.distribute.tasks_named_in(error) == ["ps:1"]
+    assert tn.distribute.blamed_ps(
+        error, ["10.231.0.11:2222", "10.231.0.12:2222"]) == ["ps:1"]
+    lost = tn.distribute.explain_failure(error)
+    assert lost.tasks == ["ps:1"]
+    assert str(lost).startswith(
+        "lost parameter server task(s) ps:1 (10.231.0.12:2222): dead")
+    # Only relays named: every remote target stays a candidate.
+    relayed = ("Additional GRPC error information from remote target "
+               "/job:ps/replica:0/task:0 while calling X:\n:UNKNOWN:Error "
+               "received from peer  {grpc_message:\"a\\nAdditional GRPC "
+               "error information from remote target /job:worker/replica:0/"
+               "task:0 while calling Y: b\"}")
+    assert tn.distribute.tasks_named_in(
+        tf.errors.UnavailableError(None, None, relayed)) == ["ps:0"]
+
+
 def test_launch_restarts_the_whole_cluster_after_a_failed_chief(tmp_path):
-    """--restarts 2: a chief that exits 3 is restarted with new ps and
-    worker processes; a bad-flags exit (2) is not restarted."""
+    """--restarts 2: a chief that exits 138 (a lost task) is restarted
+    with new ps and worker processes; a bad-flags exit (2) is not
+    restarted."""
     chief = [sys.executable, "-c",
              "import os, sys; a = int(os.environ['TNET_LAUNCH_ATTEMPT']); "
-             "print('ATTEMPT', a, flush=True); sys.exit(0 if a == 1 else 3)"]
+             "print('ATTEMPT', a, flush=True); sys.exit(0 if a == 1 else 138)"]
     launch = [sys.executable, "-m", "tnet.launch", "--ps", "1", "--workers",
               "1", "--restart_delay", "0"]
     res = subprocess.run(launch + ["--restarts", "2", "--"] + chief, cwd=ROOT,
@@ -184,7 +254,7 @@ def test_launch_restarts_the_whole_cluster_after_a_failed_chief(tmp_path):
     assert [l.split()[-1] for l in out.splitlines() if "ATTEMPT" in l] == \
         ["0", "1"]
     assert out.count("[launch] restarting the whole cluster (restart 1 of 2)"
-                     " after exit 3") == 1
+                     " after exit 138") == 1
     pids = re.findall(r"\[launch\] ps:0 pid=(\d+)", out)
     assert len(set(pids)) == 2  # a new ps
     bad = [sys.executable, "-c", "import sys; sys.exit(2)"]
@@ -232,3 +302,96 @@ def test_checkpoint_steps_do_not_drift_when_a_step_counts_twice(tmp_path):
     again.fit(dataset(640), epochs=4, callbacks=[ckpt2], verbose=0)
     assert ckpt2.restored_step == 30 and ckpt2.resumed_at == (3, 0)
     assert [s for s, _ in tn.saving.list_checkpoints(tmp_path)][-1] == 40
+
+
+# A chief whose watchdog sees worker closures that never return. The
+# closures are fakes: `cc.Worker._process_closure` is replaced before the
+# watchdog wraps it, so no cluster is needed. Prints STUCK when worker:1's
+# step starts; worker:0 finishes a step every 0.1 s for `busy` s first.
+_WATCHDOG_CHIEF = """
+import sys, threading, time
+import tnet as tn
+from tensorflow.python.distribute.coordinator import cluster_coordinator as cc
+
+busy = float(sys.argv[1])
+never = threading.Event()
+
+def fake_process_closure(self, closure):
+    if closure == "stuck":
+        never.wait()
+    else:
+        time.sleep(0.1)
+
+class FakeWorker:
+    def __init__(self, index):
+        self.worker_index = index
+
+cc.Worker._process_closure = fake_process_closure
+tn.distribute._install_step_watchdog()
+threading.Thread(target=cc.Worker._process_closure,
+                 args=(FakeWorker(1), "stuck"), daemon=True).start()
+print("STUCK", flush=True)
+end = time.monotonic() + busy
+while time.monotonic() < end:
+    cc.Worker._process_closure(FakeWorker(0), "step")
+print("IDLE", flush=True)
+never.wait(60)
+print("NOT STOPPED", flush=True)
+"""
+
+
+@pytest.mark.parametrize("busy", [0.0, 3.0])
+def test_step_watchdog_ends_a_stuck_job_with_one_named_line(busy):
+    """TNET_STEP_TIMEOUT=1: a step that never returns ends the chief with
+    EXIT_RESTART (138) and one line naming its worker, about 1 s after the
+    last step of any worker finished; while another worker keeps finishing
+    steps (busy 3 s) the stuck one does not trip it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG_CHIEF, str(busy)], cwd=ROOT,
+        env=dict(_env(), TNET_STEP_TIMEOUT="1"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        stamps = {}
+        for line in proc.stdout:  # to the end: the exit, or NOT STOPPED
+            stamps[line.split()[0]] = time.monotonic()
+        proc.wait(timeout=60)
+        ended = time.monotonic()
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == tn.distribute.EXIT_RESTART == 138, err[-3000:]
+    assert "NOT STOPPED" not in stamps and "STUCK" in stamps, (stamps, err)
+    if busy:
+        assert "IDLE" in stamps, (stamps, err)  # not tripped while busy
+    # The last step finished at IDLE (busy) or never (the stuck one started
+    # at STUCK): 1 s later plus the watchdog's poll (0.25 s) and exit.
+    last = stamps.get("IDLE", stamps["STUCK"])
+    assert ended - last < 1 + 2.0, (ended - last, err[-2000:])
+    lines = [l for l in err.splitlines() if l.startswith("tnet:")]
+    assert len(lines) == 1, err[-3000:]
+    assert "no step finished for" in lines[0]
+    assert "TNET_STEP_TIMEOUT=1" in lines[0]
+    assert "the step on worker:1 never returned" in lines[0], lines[0]
+    assert "worker:0" not in lines[0]
+    assert "--restarts" in lines[0]
+
+
+def test_exit_now_prints_one_line_when_two_threads_give_up_at_once():
+    """The ps-timeout watch and the main thread can give up on the same
+    ps together: the first exit_now prints its line and ends the process,
+    the other waits for the end."""
+    code = ("import sys, threading, tnet as tn\n"
+            "sys.setswitchinterval(1e-6)  # switch threads often\n"
+            "go = threading.Barrier(8)\n"
+            "def give_up(i):\n"
+            "    go.wait()\n"
+            "    tn.distribute.exit_now(138, f'LOST from thread {i}')\n"
+            "for i in range(7):\n"
+            "    threading.Thread(target=give_up, args=(i,)).start()\n"
+            "give_up(7)\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 138, res.stderr[-3000:]
+    assert len([l for l in res.stderr.splitlines()
+                if l.startswith("LOST from thread")]) == 1, res.stderr[-3000:]

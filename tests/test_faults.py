@@ -6,7 +6,7 @@ bit-exactly (table rows, dense and optimizer variables compared byte for
 byte with a dump taken right after it was saved) and training resumes from
 it to the planned step. Programs: tests/programs/fault_train.py (the model
 and dumps of tests/programs/ckpt_train.py, plus a pause inside a save and
-exit 3 on a lost ps), driven through tools/launch_local.py.
+exit 138 on a lost ps), driven through tools/launch_local.py.
 
 Disk full uses a real size-limited file system: a 4 MiB tmpfs mounted for
 the test (needs root, as in this project's containers). Without the
@@ -14,7 +14,7 @@ permission to mount, it falls back to a part-file writer that writes some
 bytes and then raises OSError(ENOSPC), and says so in the test output.
 
 (tests/test_distributed.py and tests/test_checkpoint.py already cover a
-worker kill with tnet.train, a ps kill's exit 3, SIGKILL of the whole
+worker kill with tnet.train, a ps kill's exit 138, SIGKILL of the whole
 cluster after a save, and an injected write error.)
 """
 from __future__ import annotations
@@ -102,10 +102,10 @@ def test_chief_killed_during_save_then_resume(tmp_path):
     assert final["kind"] == "delta" and final["step"] == 50
 
 
-def test_worker_then_ps_killed_exit_3_then_resume(tmp_path):
+def test_worker_then_ps_killed_exit_138_then_resume(tmp_path):
     """SIGKILL of worker:1 after ckpt-10: ClusterCoordinator goes on with
     worker:0 alone and the next saves (20, 30) still come, with the step
-    count exact. Then SIGKILL of ps:1: the chief exits 3 naming ps:1. A new
+    count exact. Then SIGKILL of ps:1: the chief exits 138 naming ps:1. A new
     cluster restores the newest checkpoint bit-exactly and finishes."""
     first = start_cluster(2, 2, _args(tmp_path, "--epochs", "6", "--sleep", "0.5"), timeout=400)
     try:
@@ -118,7 +118,7 @@ def test_worker_then_ps_killed_exit_3_then_resume(tmp_path):
         assert not first.kill_all(), "still running after SIGKILL"
     assert_all_stopped(first)
     out = first.output
-    assert code == 3, out[-3000:]
+    assert code == tn.distribute.EXIT_RESTART == 138, out[-3000:]
     lost = re.search(r"FAULT_LOST_PS lost parameter server task\(s\) (.*)", out)
     assert lost and lost.group(1).startswith("ps:1 "), out[-3000:]
     assert "[launch] worker:1 exited with -9" in out

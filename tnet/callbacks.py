@@ -18,7 +18,34 @@ from tnet import distribute as tn_distribute
 from tnet.saving import checkpoint as ckpt
 from tnet.saving.files import logger as _ckpt_logger
 
-__all__ = ["Checkpoint", "TableMaintenance", "PublishDeltas"]
+__all__ = ["Checkpoint", "TableMaintenance", "PublishDeltas", "recount_steps"]
+
+
+def recount_steps(model, expected: int) -> int:
+    """Sets `model.optimizer.iterations` back to `expected`, the steps that
+    ran, when it is above; returns the steps taken off (0 if none).
+
+    Under ParameterServerStrategy a step whose worker failed or was cut off
+    is run again (ClusterCoordinator retries it), and a step that failed on
+    a ps is retried until the ps answers. A failed attempt that reached
+    the ps holding `iterations` may already have counted: the optimizer's
+    `iterations += 1` waits on nothing but its own read, so it runs even
+    when the step's pulls from another ps fail (README "Failures across
+    hosts"). Call this when every step has finished (the end of an epoch
+    or of a `fit`), so the count, and every checkpoint step, epoch and
+    batch derived from it, stays the steps scheduled. The one home of this
+    correction: `Checkpoint` calls it at every epoch end, `python -m
+    tnet.train --days` after each day's `fit`."""
+    actual = int(model.optimizer.iterations.numpy())
+    expected = int(expected)
+    if actual <= expected:
+        return 0
+    model.optimizer.iterations.assign(expected)
+    _ckpt_logger.warning(
+        "%d retried step(s) counted twice by optimizer.iterations (%d after "
+        "%d steps); set it back to %d", actual - expected, actual, expected,
+        expected)
+    return actual - expected
 
 
 class _ResumeCounters:
@@ -194,30 +221,18 @@ class Checkpoint(tf_keras.callbacks.Callback):
             self._save(self._step())
 
     def _recount(self, epoch: int) -> None:
-        """Sets optimizer.iterations back to the steps `fit` ran when a
-        retried step counted twice.
-
-        Under ParameterServerStrategy a step whose worker failed or was cut
-        off after it had updated the ps is run again on another worker
-        (ClusterCoordinator retries it): its updates can land twice
-        (at-least-once, README "Failures across hosts") and so can its
-        `iterations += 1`. At an epoch end every step has finished, so the
-        step count is known exactly; the checkpoint's step (and with it the
-        epoch and batch a resumed run starts at) stays that count."""
+        """Sets optimizer.iterations back to the steps `fit` ran when
+        retried steps counted twice (`recount_steps`). At an epoch end
+        every step has finished, so the step count is known exactly; the
+        checkpoint's step (and with it the epoch and batch a resumed run
+        starts at) stays that count."""
         steps = (self.params or {}).get("steps")
         if not steps or self._first_epoch is None:
             return
         offset = self.resumed_at[1] if self.resumed_at else 0
         expected = (self._start_step
                     + (epoch + 1 - self._first_epoch) * int(steps) - offset)
-        actual = self._step()
-        if actual > expected:
-            self.model.optimizer.iterations.assign(expected)
-            self.recounted += actual - expected
-            _ckpt_logger.warning(
-                "%d retried step(s) counted twice by optimizer.iterations "
-                "(%d after %d steps); set it back to %d", actual - expected,
-                actual, expected, expected)
+        self.recounted += recount_steps(self.model, expected)
 
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import sys
+import threading
 from typing import Any, Dict, Optional
 
 import tensorflow as tf
@@ -58,6 +59,19 @@ GRPC_DEFAULT_OPTIONS = ("grpc.keepalive_time_ms=5000,"
                         "grpc.keepalive_timeout_ms=5000")
 
 
+# The chief's exit status when the job cannot go on but a restart of the
+# whole cluster can (a lost ps, a step that never returns): "restart me".
+# 138 because Kubeflow's training operator restarts a replica with
+# `restartPolicy: ExitCode` only for exit codes it calls retryable: 128-255
+# now (pkg/util/train/train_util.go: `exitCode >= 128`), and 130, 137, 138
+# and 143 in earlier releases, where 138 (128 + SIGUSR1) is the one set
+# aside for a program's own retryable errors; 1-127 are permanent there.
+# 1 (an unexpected error), 2 (bad flags or TF_CONFIG) and 4 (bad input)
+# stay permanent: a restart would fail the same way. README "Failures
+# across hosts".
+EXIT_RESTART = 138
+
+
 # How long the chief lets closures fail on a ps that does not answer (link
 # down, host paused) before it gives up on the job (TNET_PS_TIMEOUT). A ps
 # that refuses connections (its process is gone) ends the job at once.
@@ -84,7 +98,10 @@ def _install_ps_failure_policy() -> None:
     job dies, or survives, by chance. tnet's rule instead: a ps that refuses
     connections is dead (fail now); a ps that does not answer is retried
     while it has been failing for less than `ps_timeout()` seconds with no
-    step finishing in between; past that the chief exits 3 naming it.
+    step finishing in between; past that the chief exits EXIT_RESTART
+    (138) naming it. A failure counts against the ps its error blames
+    (`blamed_ps`), not every ps it mentions (TensorFlow's count): a
+    reachable ps that passed the cut one's error on is not failing.
     Setting TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES keeps TensorFlow's
     rule."""
     from tensorflow.python.distribute.coordinator import (  # noqa: PLC0415
@@ -92,9 +109,9 @@ def _install_ps_failure_policy() -> None:
     if getattr(cc.Cluster, "_tnet_policy", False) or \
             "TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES" in os.environ:
         return
-    import threading  # noqa: PLC0415
     import time  # noqa: PLC0415
     import queue  # noqa: PLC0415
+    addresses = (parse_tf_config() or {}).get("cluster", {}).get("ps", [])
     lock = threading.Lock()
     streaks: Dict[int, list] = {}   # ps index -> [first, last, error]
     # The errors kept here are dropped by a thread of their own: an error's
@@ -117,7 +134,8 @@ def _install_ps_failure_policy() -> None:
         if "Connection refused" in text or "connection refused" in text:
             return False
         now, budget = time.monotonic(), ps_timeout()
-        tasks = cc._extract_failed_ps_instances(text)  # noqa: SLF001
+        tasks = ([int(t.split(":")[1]) for t in blamed_ps(e, addresses)]
+                 or sorted(cc._extract_failed_ps_instances(text)))  # noqa: SLF001
         with lock:
             for t in tasks:
                 streak = streaks.get(t)
@@ -142,7 +160,8 @@ def _install_ps_failure_policy() -> None:
     # Failures against a silent ps come only every ~20 s (gRPC's connect
     # timeout), so the budget is also checked by the clock: once a ps has
     # failed steps for longer than it with no step finishing since, the
-    # chief prints the lost-task line (from the last error) and exits 3.
+    # chief prints the lost-task line (from the last error) and exits
+    # EXIT_RESTART.
     def watch():
         while True:
             time.sleep(1.0)
@@ -153,10 +172,8 @@ def _install_ps_failure_policy() -> None:
                 lost = explain_failure(overdue[0][1]) or (
                     f"lost parameter server task(s) ps:{overdue[0][0]}: "
                     + " ".join(str(overdue[0][1]).split())[:300])
-                print(f"tnet: {lost} (no step finished for "
-                      f"TNET_PS_TIMEOUT={ps_timeout():g} s)",
-                      file=sys.stderr, flush=True)
-                exit_now(3)
+                exit_now(EXIT_RESTART, f"tnet: {lost} (no step finished for "
+                         f"TNET_PS_TIMEOUT={ps_timeout():g} s)")
 
     cc.Cluster._record_and_ignore_transient_ps_failure = (  # noqa: SLF001
         ignore_transient_ps_failure)
@@ -200,7 +217,7 @@ def _install_step_watchdog() -> None:
     running: the job is stuck (a remote call that never returns), and a
     restart from the newest checkpoint (tnet.launch --restarts, a TFJob
     restart policy) is the way on. Prints one line naming the workers whose
-    step has been running that long, then exits with status 3.
+    step has been running that long, then exits with EXIT_RESTART (138).
 
     A worker that is lost for good does not trip it while the others keep
     finishing steps (ClusterCoordinator waits up to an hour for a lost
@@ -209,7 +226,6 @@ def _install_step_watchdog() -> None:
     if timeout <= 0 or _watchdog["installed"]:
         return
     _watchdog["installed"] = True
-    import threading  # noqa: PLC0415
     import time  # noqa: PLC0415
     from tensorflow.python.distribute.coordinator import (  # noqa: PLC0415
         cluster_coordinator as cc)
@@ -235,13 +251,13 @@ def _install_step_watchdog() -> None:
                            if now - t > timeout)
             if stuck and now - last["finished"] > timeout:
                 names = ", ".join(f"worker:{i}" for i in stuck)
-                print(f"tnet: no step finished for {now - last['finished']:.0f}"
-                      f" s (TNET_STEP_TIMEOUT={timeout:g}); the step on "
-                      f"{names} never returned. Stopping the chief: restart "
-                      "the cluster (tnet.launch --restarts N, or a TFJob "
-                      "restartPolicy) to resume from the newest checkpoint.",
-                      file=sys.stderr, flush=True)
-                exit_now(3)
+                exit_now(EXIT_RESTART,
+                         f"tnet: no step finished for "
+                         f"{now - last['finished']:.0f} s (TNET_STEP_TIMEOUT="
+                         f"{timeout:g}); the step on {names} never returned. "
+                         "Stopping the chief: restart the cluster (tnet.launch"
+                         " --restarts N, or a TFJob restartPolicy) to resume "
+                         "from the newest checkpoint.")
 
     threading.Thread(target=watch, name="tnet-step-watchdog",
                      daemon=True).start()
@@ -384,23 +400,61 @@ _REMOTE_TARGET = re.compile(
     r"remote target /job:(ps|worker|chief)/replica:\d+/task:(\d+)")
 
 
+def _relays(text: str, end: int) -> bool:
+    """Whether the remote target whose mention ends at `end` only passed on
+    another task's error: the gRPC error it answered with (the `{...}`
+    after the mention) names a further remote target before it closes."""
+    payload = text.find("{", end)
+    if payload < 0:
+        return False
+    close = text.find("}", payload)
+    further = text.find("remote target", payload)
+    return further >= 0 and (close < 0 or further < close)
+
+
 def tasks_named_in(error: BaseException, job: str = "ps"):
-    """Tasks of `job` an error's text names ("ps:1"): those it names as the
-    gRPC remote target that failed (TensorFlow's "GRPC error information
-    from remote target /job:ps/replica:0/task:1"), or, when it names none
-    that way, every task of `job` it mentions; in order, without repeats.
-    (An error from a cut ps also mentions the other ps tasks, whose ops of
-    the same step were cancelled.)"""
+    """Tasks of `job` an error's text names ("ps:1"), in order, without
+    repeats: those it names as the gRPC remote target that failed
+    (TensorFlow's "GRPC error information from remote target
+    /job:ps/replica:0/task:1 while calling ...", followed by that task's
+    own error), leaving out a remote target that only passed another
+    task's error on (measured with ps:1 cut off: the error ps:0 answered
+    with was ps:1's, from its own RecvTensor call to ps:1); when that leaves
+    none, every task it names as a remote target; when it names none that
+    way, every task of `job` it mentions (an error from a cut ps also
+    mentions the other ps tasks, whose ops of the same step were
+    cancelled)."""
     text = str(error)
-    for pattern in (_REMOTE_TARGET, _TASK_IN_ERROR):
-        out = []
-        for kind, index in pattern.findall(text):
-            name = f"{kind}:{index}"
-            if kind == job and name not in out:
-                out.append(name)
-        if out:
-            return out
-    return []
+    failed, targets = [], []
+    for m in _REMOTE_TARGET.finditer(text):
+        kind, name = m.group(1), f"{m.group(1)}:{m.group(2)}"
+        if kind != job:
+            continue
+        if name not in targets:
+            targets.append(name)
+        if name not in failed and not _relays(text, m.end()):
+            failed.append(name)
+    if failed or targets:
+        return failed or targets
+    out = []
+    for kind, index in _TASK_IN_ERROR.findall(text):
+        name = f"{kind}:{index}"
+        if kind == job and name not in out:
+            out.append(name)
+    return out
+
+
+def blamed_ps(error: BaseException, addresses) -> list:
+    """The ps tasks ("ps:1") a failed step's error blames: those
+    `tasks_named_in` finds, narrowed to the ones whose address (TF_CONFIG's
+    `addresses`) gRPC names as the one it could not reach ("ipv4:10.0.0.7:
+    2222") when the text has any. Both the lost-task line and the ps
+    timeout's clock go by it."""
+    named = [t for t in tasks_named_in(error, "ps")
+             if int(t.split(":")[1]) < len(addresses)]
+    text = str(error)
+    unreachable = [t for t in named if addresses[int(t.split(":")[1])] in text]
+    return unreachable or named
 
 
 _CLUSTER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
@@ -423,14 +477,7 @@ def explain_failure(error: BaseException) -> Optional[LostTaskError]:
     if config is None:
         return None
     ps = config["cluster"].get("ps", [])
-    named = [t for t in tasks_named_in(error, "ps")
-             if int(t.split(":")[1]) < len(ps)]
-    # gRPC names the address it could not reach ("ipv4:10.0.0.7:2222"): a
-    # ps whose TF_CONFIG address is in the text is the one that failed (an
-    # error also names other ps tasks whose part of the step was cancelled).
-    text = str(error)
-    unreachable = [t for t in named if ps[int(t.split(":")[1])] in text]
-    named = unreachable or named
+    named = blamed_ps(error, ps)
     if named and (isinstance(error, (tf.errors.UnavailableError,
                                      tf.errors.DeadlineExceededError,
                                      tf.errors.AbortedError))
@@ -449,7 +496,8 @@ def explain_failure(error: BaseException) -> Optional[LostTaskError]:
         "cluster. The tables and dense variables on a ps cannot be rebuilt "
         "from the other tasks, so training cannot continue: restart the "
         "whole cluster (tnet.launch --restarts N, or a TFJob restartPolicy "
-        "of OnFailure/ExitCode); with checkpoints enabled training resumes "
+        "of ExitCode or OnFailure on the chief); with checkpoints enabled "
+        "training resumes "
         f"from the newest one. Original error: {type(error).__name__}: "
         f"{first}", [name for name, _, _ in lost])
 
@@ -462,7 +510,6 @@ def steps_lost_note(model=None, checkpoint=None, timeout: float = 3.0) -> str:
     saved = getattr(checkpoint, "last_saved_step", None)
     reached = None
     if model is not None and getattr(model, "optimizer", None) is not None:
-        import threading  # noqa: PLC0415
         box = {}
 
         def read():
@@ -489,8 +536,17 @@ def steps_lost_note(model=None, checkpoint=None, timeout: float = 3.0) -> str:
     return note
 
 
-def exit_now(code: int) -> None:
-    """Flushes stdout/stderr and ends the process at once with `code`.
+_exiting = threading.Lock()  # taken by exit_now, never given back
+
+
+def exit_now(code: int, message: Optional[str] = None) -> None:
+    """Prints `message` (if any) on stderr, flushes stdout/stderr and ends
+    the process at once with `code`.
+
+    Only the first caller prints and exits: a thread that calls it while
+    another is exiting waits for the end of the process. So the chief
+    prints one lost-task line even when its ps-timeout watch and its main
+    thread (a failed `fit`) give up on the same ps at the same time.
 
     A normal interpreter exit on a cluster's chief tears down the eager
     context, which removes every function from every remote task and waits
@@ -499,6 +555,12 @@ def exit_now(code: int) -> None:
     partitions). A chief program whose work is written (checkpoints,
     exports, summaries) has nothing left to clean up: `tnet.train` ends
     with it under a cluster, and a program of your own can too."""
+    _exiting.acquire()
+    if message is not None:
+        try:
+            print(message, file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

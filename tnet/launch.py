@@ -106,6 +106,9 @@ class Task:
 
 # Chief exit statuses that a restart cannot fix: a bad command line or
 # TF_CONFIG (2), bad input data (4), a signal or the launcher's timeout.
+# Everything else is restarted: 138 (tn.distribute.EXIT_RESTART, a lost ps
+# or a stuck step) and also 1 (an unexpected error), which a TFJob with
+# restartPolicy ExitCode would not restart.
 _NO_RESTART = (0, 2, 4, 124, 130)
 
 
@@ -123,9 +126,10 @@ def run(num_ps: int, num_workers: int, command: List[str],
     With `restarts`, a chief that fails (exit status other than 0, 2, 4, or
     a stop by signal or timeout) makes the launcher stop every task and
     start the whole cluster again, so a
-    program with checkpoints resumes from the newest one (as a TFJob with
-    restartPolicy OnFailure / ExitCode does). The chief sees the attempt
-    number in TNET_LAUNCH_ATTEMPT (0 first).
+    program with checkpoints resumes from the newest one (as a TFJob does
+    with restartPolicy ExitCode on the chief for its exit 138, or
+    OnFailure). The chief sees the attempt number in TNET_LAUNCH_ATTEMPT
+    (0 first).
     """
     if cluster is None and (num_ps < 1 or num_workers < 1):
         print("[launch] need --ps >= 1 and --workers >= 1", file=sys.stderr)

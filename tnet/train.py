@@ -538,8 +538,10 @@ def main(argv):
             raise
         note = tn.distribute.steps_lost_note(_RUN.get("model"),
                                              _RUN.get("checkpoints"))
-        print(f"tnet.train: {lost} ({note})", file=sys.stderr, flush=True)
-        tn.distribute.exit_now(3)  # no teardown waiting on the lost task
+        # EXIT_RESTART (138): a restart of the cluster resumes from the newest
+        # checkpoint; no teardown waiting on the lost task.
+        tn.distribute.exit_now(tn.distribute.EXIT_RESTART,
+                               f"tnet.train: {lost} ({note})")
     if _RUN.get("distributed"):
         # Everything is written: skip the interpreter's teardown, which
         # removes functions from every remote task and stalled 38 s on a

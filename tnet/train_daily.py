@@ -222,12 +222,18 @@ def run_days(strategy, distributed: bool, cli) -> dict:
 
 
 def _fit_day(model, data, distributed: bool, callbacks=()) -> None:
+    """One pass over the day. Under a cluster the day is `steps` steps;
+    afterwards `optimizer.iterations` (days.json's `train_step`) is set
+    back to the steps that ran, as retried steps can count twice
+    (tn.callbacks.recount_steps). In one process every step runs once."""
     verbose = 2 if (os.environ.get("CI") or distributed) else 1
     if distributed:
         steps = max(1, -(-data.train_rows // FLAGS.batch_size))
+        start = int(model.optimizer.iterations.numpy())
         model.fit(tf_keras.utils.experimental.DatasetCreator(
             lambda ctx: data.train(ctx, repeat=True)), epochs=1,
             steps_per_epoch=steps, verbose=verbose, callbacks=list(callbacks))
+        tn.callbacks.recount_steps(model, start + steps)
     else:
         model.fit(data.train(), epochs=1, verbose=verbose,
                   callbacks=list(callbacks))

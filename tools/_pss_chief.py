@@ -374,4 +374,4 @@ if __name__ == "__main__":
         if lost is None:
             raise
         print(f"_pss_chief: {lost}", file=sys.stderr, flush=True)
-        sys.exit(3)
+        sys.exit(tn.distribute.EXIT_RESTART)

@@ -9,8 +9,8 @@ optimizer variables). On top:
   this run, after the first table part file is written into the temp
   directory, print `FAULT_IN_SAVE tmp=<dir>` and sleep S seconds, so a test
   can SIGKILL the process in the middle of a save (deterministically).
-* A lost ps task makes it exit 3 with `tn.distribute.explain_failure`'s
-  message, as `python -m tnet.train` does.
+* A lost ps task makes it exit 138 (tn.distribute.EXIT_RESTART) with
+  `tn.distribute.explain_failure`'s message, as `python -m tnet.train` does.
 
 Lines it prints: those of ckpt_train, FAULT_IN_SAVE, FAULT_LOST_PS <msg>.
 """
@@ -103,8 +103,8 @@ def main() -> int:
         lost = tn.distribute.explain_failure(e)
         if lost is None:
             raise
-        print(f"FAULT_LOST_PS {lost}", file=sys.stderr, flush=True)
-        tn.distribute.exit_now(3)
+        tn.distribute.exit_now(tn.distribute.EXIT_RESTART,
+                               f"FAULT_LOST_PS {lost}")
     return 0
 
 

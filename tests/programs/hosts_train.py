@@ -11,7 +11,10 @@ Lines it prints:
   HOSTS_DONE iterations=N planned=M
   HOSTS_SHOWS table=T shows=S per_step=P   (per table: S / P = the pushes
                                   that landed, in batches)
-  HOSTS_LOST <tnet's one-line lost-task message>   (then exit 3)
+  HOSTS_DENSE ps=K landed=N       (per ps: the steps whose dense update
+                                  reached that ps, see CountedWideDeep)
+  HOSTS_DEVICES iterations=<device of optimizer.iterations>
+  HOSTS_LOST <tnet's one-line lost-task message>   (then exit 138)
 """
 import argparse
 import os
@@ -53,6 +56,32 @@ def monitor(model, every, stop):
         print(f"PROGRESS t={time.time():.3f} it={it}", flush=True)
 
 
+class CountedWideDeep(WideDeep):
+    """WideDeep with one int64 counter per ps task that every step adds 1
+    to once all its dense gradients exist: the condition under which the
+    optimizer's update of a dense variable on that ps can run. So a
+    counter's total is the steps whose dense update reached its ps,
+    however often a step was attempted (unlike optimizer.iterations, whose
+    += 1 waits on nothing but its own read: README "Failures across
+    hosts")."""
+
+    def __init__(self, *args, num_ps=1, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Created one after the other: ParameterServerStrategy places them
+        # round-robin, one on each ps (their devices are printed).
+        self.dense_landed = [
+            tf.Variable(0, dtype=tf.int64, trainable=False,
+                        name=f"dense_landed_{i}") for i in range(num_ps)]
+
+    def transform_gradients(self, dense, sparse):
+        ready = [g.values if isinstance(g, tf.IndexedSlices) else g
+                 for g in dense if g is not None]
+        with tf.control_dependencies(ready):
+            for counter in self.dense_landed:
+                counter.assign_add(1)
+        return dense, sparse
+
+
 RUN = {}
 
 
@@ -60,7 +89,9 @@ def train(args) -> None:
     tf_keras.utils.set_random_seed(0)
     strategy = tn.distribute.ParameterServerStrategy()
     with strategy.scope():
-        model = WideDeep(CATS, DENSE, embedding_dim=8, hidden_units=[64, 32])
+        model = CountedWideDeep(CATS, DENSE, embedding_dim=8,
+                                hidden_units=[64, 32],
+                                num_ps=max(1, tn.distribute.num_ps(strategy)))
         model.compile(tn.optimizer.Adagrad(0.05),
                       metrics=[tf_keras.metrics.AUC(name="auc")])
     ckpt = tn.callbacks.Checkpoint(args.dir, every_n_epochs=1, keep=3,
@@ -73,6 +104,8 @@ def train(args) -> None:
     steps = args.rows // args.batch
     attempt = os.environ.get("TNET_LAUNCH_ATTEMPT", "0")
     print(f"HOSTS_START steps_per_epoch={steps} attempt={attempt}", flush=True)
+    print(f"HOSTS_DEVICES iterations={model.optimizer.iterations.device}",
+          flush=True)
     stop = threading.Event()
     if args.every > 0:
         threading.Thread(target=monitor, args=(model, args.every, stop),
@@ -96,6 +129,10 @@ def train(args) -> None:
                     for _, _, _, meta in table.export_chunks())
         print(f"HOSTS_SHOWS table={name} shows={total:.0f} "
               f"per_step={args.batch * len(CATS)}", flush=True)
+    for counter in model.dense_landed:
+        task = counter.device.rsplit("task:", 1)[-1].split("/")[0]
+        print(f"HOSTS_DENSE ps={task} landed={int(counter.numpy())}",
+              flush=True)
 
 
 def main() -> int:
@@ -114,8 +151,8 @@ def main() -> int:
             raise
         note = tn.distribute.steps_lost_note(RUN.get("model"),
                                              RUN.get("checkpoint"))
-        print(f"HOSTS_LOST {lost} ({note})", file=sys.stderr, flush=True)
-        tn.distribute.exit_now(3)
+        tn.distribute.exit_now(tn.distribute.EXIT_RESTART,
+                               f"HOSTS_LOST {lost} ({note})")
     return 0
 
 
