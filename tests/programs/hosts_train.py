@@ -13,6 +13,8 @@ Lines it prints:
                                   that landed, in batches)
   HOSTS_DENSE ps=K landed=N       (per ps: the steps whose dense update
                                   reached that ps, see CountedWideDeep)
+  HOSTS_END                       (the counts above are printed; what
+                                  follows is the process's exit alone)
   HOSTS_DEVICES iterations=<device of optimizer.iterations>
   HOSTS_LOST <tnet's one-line lost-task message>   (then exit 138)
 """
@@ -133,6 +135,7 @@ def train(args) -> None:
         task = counter.device.rsplit("task:", 1)[-1].split("/")[0]
         print(f"HOSTS_DENSE ps={task} landed={int(counter.numpy())}",
               flush=True)
+    print("HOSTS_END", flush=True)
 
 
 def main() -> int:
