@@ -9,7 +9,14 @@ venv it never imports tnet (tnet's ops need TF 2.21): only the standard
 library, numpy, TensorFlow, tf_keras and TFRA. `--impl tnet` imports tnet
 before TensorFlow (tnet selects Keras 2).
 
-Models (WD-400: deep dim 8, wide dim 1, DNN 400-400-400, logits):
+Configurations (`--config`, docs/BENCHMARK_PROTOCOL.md):
+- wd400: 26 id columns C1..C26, deep dim 8, wide dim 1, DNN 400-400-400.
+- sparse_heavy: the same 26 plus 4 multi-valued columns M1..M4 (int64
+  [B, 50] padded with -1, 1-50 ids a row), dim 16 for every column, DNN
+  128-64; a multi-valued column's deep embedding is the mean of its ids'
+  rows, its wide term the sum (tools/_sparse_heavy.py's model).
+
+Models (logits):
 - tnet: tn.models.WideDeep(train_metrics=False) + tn.optimizer.Adagrad,
   as tools/bench_train.py builds it (one shared table, the column mixed
   into the key; the wide part's in-table FTRL is tnet's default).
@@ -17,7 +24,10 @@ Models (WD-400: deep dim 8, wide dim 1, DNN 400-400-400, logits):
   hash table, TFRA's default). `--tables shared` (default): one deep table
   (dim 8) and one wide table (dim 1) for all 26 columns, keys salted with
   the column (column << 32 | id), so one lookup per table and step, as in
-  tnet; `--tables per_column`: 52 tables, one lookup each. Deep rows start
+  tnet; `--tables per_column`: 52 tables, one lookup each. SPARSE-HEAVY:
+  the multi-valued columns' real ids (padding dropped by boolean_mask)
+  go into the same one lookup per table as the single ids, then a
+  segment mean (deep) and sum (wide) per row; `per_column` is WD-400's. Deep rows start
   from N(0, 0.05^2) (TFRA's default RandomNormal, as a TF-core
   initializer), wide rows at zero (as stock's wide Embedding). The optimizer is
   `de.DynamicEmbeddingOptimizer(tf_keras Adagrad)`: Adagrad for the dense
@@ -25,9 +35,10 @@ Models (WD-400: deep dim 8, wide dim 1, DNN 400-400-400, logits):
   beside the rows).
 - stock: tf_keras floormod(id, 2**20) + Embedding per column and table,
   tf_keras Adagrad (the protocol's strongest stock baseline), as a sanity
-  anchor in the TFRA venv.
+  anchor in the TFRA venv; SPARSE-HEAVY's M1..M4 as tools/_sparse_heavy's
+  "padded" form (real ids by boolean_mask, looked up, segment mean/sum).
 - dnn: DNN-only, the same DNN fed a constant input of the same width
-  (26 * 8 + 13), tf_keras Adagrad: the dense part's limit on the TensorFlow
+  (26 * 8 + 13; SPARSE-HEAVY 30 * 16 + 13), tf_keras Adagrad: the dense part's limit on the TensorFlow
   of whichever venv runs it (WD-400 is dense-bound, and the two venvs have
   different TensorFlow versions).
 
@@ -59,14 +70,28 @@ import numpy as np
 
 CAT = [f"C{i}" for i in range(1, 27)]
 INT = [f"I{i}" for i in range(1, 14)]
-HIDDEN = (400, 400, 400)
 STOCK_BINS = 2**20
+# --config: (multi-valued columns, embedding dim, DNN) of WD-400 and
+# SPARSE-HEAVY; set by configure().
+CONFIGS = {"wd400": ((), 8, (400, 400, 400)),
+           "sparse_heavy": (("M1", "M2", "M3", "M4"), 16, (128, 64))}
+MULTI, DIM, HIDDEN = CONFIGS["wd400"]
+
+
+def configure(config: str) -> None:
+    global MULTI, DIM, HIDDEN
+    MULTI, DIM, HIDDEN = CONFIGS[config]
+
+
+def deep_width() -> int:
+    return DIM * (len(CAT) + len(MULTI)) + len(INT)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--impl", choices=("tnet", "tfra", "stock", "dnn"),
                    required=True)
+    p.add_argument("--config", choices=tuple(CONFIGS), default="wd400")
     p.add_argument("--mode", choices=("throughput", "quality", "server",
                                       "pss_chief"), required=True)
     p.add_argument("--data", help=".npz written by bench_tfra.py")
@@ -153,23 +178,27 @@ def build_tfra(tf, tf_keras, de, tables="shared", devices=None,
             normal = tf.random_normal_initializer(0.0, 0.05)
             if tables == "shared":
                 self.deep_emb = de.keras.layers.Embedding(
-                    8, initializer=normal, name="deep", **kw)
+                    DIM, initializer=normal, name="deep", **kw)
                 self.wide_emb = de.keras.layers.Embedding(
                     1, initializer=zeros, name="wide", **kw)
             else:
+                if MULTI:
+                    raise SystemExit("--tables per_column: WD-400 only")
                 self.deep_embs = [de.keras.layers.Embedding(
-                    8, initializer=normal, name=f"deep_{c}", **kw)
+                    DIM, initializer=normal, name=f"deep_{c}", **kw)
                     for c in CAT]
                 self.wide_embs = [de.keras.layers.Embedding(
                     1, initializer=zeros, name=f"wide_{c}", **kw) for c in CAT]
             self.tower = dnn(tf_keras, "dnn")
 
         def call(self, features, training=False):
-            if tables == "shared":
+            if tables == "shared" and MULTI:
+                deep, wide = self.multi_valued(features)
+            elif tables == "shared":
                 # Column-salted keys: C1=5 and C2=5 are different rows.
                 ids = tf.stack([features[c] + (i << 32)
                                 for i, c in enumerate(CAT)], axis=1)
-                deep = tf.reshape(self.deep_emb(ids), [-1, 8 * len(CAT)])
+                deep = tf.reshape(self.deep_emb(ids), [-1, DIM * len(CAT)])
                 wide = tf.reduce_sum(self.wide_emb(ids), axis=1)
             else:
                 deep = tf.concat([e(features[c]) for e, c in
@@ -181,22 +210,68 @@ def build_tfra(tf, tf_keras, de, tables="shared", devices=None,
                 x = layer(x)
             return x + wide
 
+        def multi_valued(self, features):
+            """SPARSE-HEAVY: the single ids [B, 26] and every multi-valued
+            column's real ids, column-salted, in one lookup per table; a
+            multi-valued column's rows are averaged (deep) and summed
+            (wide) per example."""
+            single = tf.stack([features[c] + (i << 32)
+                               for i, c in enumerate(CAT)], axis=1)
+            batch = tf.shape(single)[0]
+            values, segments = [], []
+            for j, c in enumerate(MULTI):
+                ids = features[c]
+                keep = ids >= 0
+                values.append(tf.boolean_mask(ids, keep)
+                              + ((len(CAT) + j) << 32))
+                rows = tf.cast(tf.where(keep)[:, 0], tf.int32)
+                segments.append(rows + j * batch)
+            flat = tf.concat([tf.reshape(single, [-1])] + values, axis=0)
+            n_single = tf.size(single)
+            segment = tf.concat(segments, axis=0)
+            parts = len(MULTI) * batch
+            counts = tf.math.unsorted_segment_sum(
+                tf.ones_like(segment, tf.float32), segment, parts)
+            counts = tf.reshape(tf.maximum(counts, 1.0), [len(MULTI), -1, 1])
+
+            def pooled(rows, dim):
+                multi = tf.math.unsorted_segment_sum(rows[n_single:], segment,
+                                                     parts)
+                multi = tf.reshape(multi, [len(MULTI), -1, dim])
+                first = tf.reshape(rows[:n_single], [batch, len(CAT), dim])
+                return first, multi
+
+            first, multi = pooled(self.deep_emb(flat), DIM)
+            deep = tf.concat([tf.reshape(first, [batch, -1])]
+                             + tf.unstack(multi / counts), axis=1)
+            w_first, w_multi = pooled(self.wide_emb(flat), 1)
+            wide = (tf.reduce_sum(w_first, axis=1)
+                    + tf.reduce_sum(w_multi, axis=0))
+            return deep, wide
+
     return TfraWideDeep()
 
 
 def build_stock(tf, tf_keras):
     inputs = {c: tf_keras.Input((), dtype=tf.int64, name=c) for c in CAT}
+    inputs.update({c: tf_keras.Input((50,), dtype=tf.int64, name=c)
+                   for c in MULTI})
     inputs.update({c: tf_keras.Input((), dtype=tf.float32, name=c)
                    for c in INT})
     deep, wide = [], []
-    for c in CAT:
+    for c in CAT + list(MULTI):
+        d = tf_keras.layers.Embedding(STOCK_BINS, DIM, name=f"emb_{c}")
+        w = tf_keras.layers.Embedding(
+            STOCK_BINS, 1, embeddings_initializer="zeros", name=f"wide_{c}")
+        if c in MULTI:
+            d_out, w_out = padded_pool(d, w, f"pool_{c}")(inputs[c])
+            deep.append(d_out)
+            wide.append(w_out)
+            continue
         ids = tf_keras.layers.Lambda(lambda t: tf.math.floormod(t, STOCK_BINS),
                                      name=f"floormod_{c}")(inputs[c])
-        deep.append(tf_keras.layers.Embedding(STOCK_BINS, 8,
-                                              name=f"emb_{c}")(ids))
-        wide.append(tf_keras.layers.Embedding(
-            STOCK_BINS, 1, embeddings_initializer="zeros",
-            name=f"wide_{c}")(ids))
+        deep.append(d(ids))
+        wide.append(w(ids))
     x = tf_keras.layers.Concatenate()(
         deep + [tf.stack([inputs[c] for c in INT], axis=1)])
     for layer in dnn(tf_keras, "dnn"):
@@ -205,8 +280,37 @@ def build_stock(tf, tf_keras):
     return tf_keras.Model(inputs, logits, name="stock_wide_deep")
 
 
+def padded_pool(deep, wide, name):
+    """A layer: [B, 50] ids padded with -1 -> (mean of the real ids' deep
+    rows, sum of their wide rows)."""
+    import tensorflow as tf
+    import tf_keras
+
+    class PaddedPool(tf_keras.layers.Layer):
+        """[B, 50] ids padded with -1 -> (mean of the real ids' deep rows,
+        sum of their wide rows): the padding dropped by boolean_mask, only
+        the real ids looked up (floormod bins)."""
+
+        def __init__(self, deep, wide, **kw):
+            super().__init__(**kw)
+            self.deep, self.wide = deep, wide
+
+        def call(self, ids):
+            keep = ids >= 0
+            real = tf.math.floormod(tf.boolean_mask(ids, keep), STOCK_BINS)
+            rows = tf.cast(tf.where(keep)[:, 0], tf.int32)
+            batch = tf.shape(ids)[0]
+            count = tf.maximum(tf.reduce_sum(tf.cast(keep, tf.float32), 1,
+                                             keepdims=True), 1.0)
+            d = tf.math.unsorted_segment_sum(self.deep(real), rows, batch)
+            w = tf.math.unsorted_segment_sum(self.wide(real), rows, batch)
+            return d / count, w
+
+    return PaddedPool(deep, wide, name=name)
+
+
 def build_dnn(tf_keras):
-    inputs = tf_keras.Input((8 * len(CAT) + len(INT),))
+    inputs = tf_keras.Input((deep_width(),))
     x = inputs
     for layer in dnn(tf_keras, "dnn"):
         x = layer(x)
@@ -215,12 +319,19 @@ def build_dnn(tf_keras):
 
 def build(args, tf, tf_keras, mod, devices=None):
     """(model, logits_fn) compiled with Adagrad(args.lr)."""
+    if args.impl == "tnet" and MULTI:
+        from tools import _sparse_heavy as sh
+        if (args.tnet_accumulator, args.tnet_row_accumulator,
+                args.tnet_wide_accumulator) != (None, None, None):
+            raise SystemExit("--tnet_*accumulator: WD-400 only")
+        model = sh.build_tnet(args.lr, hidden=HIDDEN, dim=DIM)
+        return model, lambda f: model.logits(f, training=False)
     if args.impl == "tnet":
         wide = (None if args.tnet_wide_accumulator is None else
                 mod.optimizer.sparse.Ftrl(
                     learning_rate=0.2,
                     initial_accumulator_value=args.tnet_wide_accumulator))
-        model = mod.models.WideDeep(CAT, INT, embedding_dim=8,
+        model = mod.models.WideDeep(CAT, INT, embedding_dim=DIM,
                                     hidden_units=HIDDEN, train_metrics=False,
                                     wide_optimizer=wide)
         kw = ({} if args.tnet_accumulator is None else
@@ -261,7 +372,7 @@ def load(path):
 
 
 def arrays(data, split):
-    features = {c: data[f"{split}/{c}"] for c in CAT + INT}
+    features = {c: data[f"{split}/{c}"] for c in CAT + list(MULTI) + INT}
     return features, data[f"{split}/label"]
 
 
@@ -270,7 +381,8 @@ def dataset(tf, features, labels, batch, repeat):
     example would cost more than a step)."""
     n = (len(labels) // batch) * batch
     ds = tf.data.Dataset.from_tensor_slices(
-        ({k: v[:n].reshape(-1, batch) for k, v in features.items()},
+        ({k: v[:n].reshape((-1, batch) + v.shape[1:])
+          for k, v in features.items()},
          labels[:n].reshape(-1, batch)))
     if repeat:
         ds = ds.repeat()
@@ -286,7 +398,7 @@ def run_throughput(args, tf, tf_keras, mod):
     model, _ = build(args, tf, tf_keras, mod)
     if args.impl == "dnn":
         it = iter(tf.data.Dataset.from_tensors(
-            (tf.zeros([args.batch, 8 * len(CAT) + len(INT)]),
+            (tf.zeros([args.batch, deep_width()]),
              tf.zeros([args.batch, 1]))).repeat())
     else:
         it = iter(dataset(tf, features, labels, args.batch, True))
@@ -421,6 +533,9 @@ def run_pss_chief(args, tf, tf_keras, de):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    configure(args.config)
+    if args.mode in ("server", "pss_chief") and MULTI:
+        raise SystemExit("--mode server/pss_chief: WD-400 only")
     if args.mode in ("server", "pss_chief") and args.impl != "tfra":
         raise SystemExit("--mode server/pss_chief are for --impl tfra")
     if args.mode == "quality" and args.impl == "dnn":

@@ -1,6 +1,7 @@
 """TFRA 0.8.1 beside tnet: WD-400 throughput, quality and PSS, same data.
 
     python tools/bench_tfra.py            # WD-400, docs/BENCHMARK_PROTOCOL.md
+    python tools/bench_tfra.py --config sparse_heavy --no_pss   # SPARSE-HEAVY
     python tools/bench_tfra.py --quick    # small, checks the script works
                                           # (tnet and TFRA only, 1 repeat)
 
@@ -40,6 +41,15 @@ a repeat (target >= 2x), peak RSS of each child. Quality: one fresh process
 per implementation trains --epochs over --train_examples examples in order
 and scores the hold-out (exact AUC, numpy rank-sum), beside the oracle AUC
 of the true logits (target: tnet >= TFRA).
+
+SPARSE-HEAVY (`--config sparse_heavy`): the same 26 columns plus 4
+multi-valued ones M1..M4 (SyntheticCriteo(multi_valued=4): 1-50 ids a
+row, int64 [B, 50] padded with -1), dim 16 everywhere, DNN 128-64; tnet is
+tools/_sparse_heavy.py's model fed the padded arrays, TFRA looks up the
+single ids and the multi-valued columns' real ids in one call per table and
+pools them per row (mean deep, sum wide), stock pools floormod rows of the
+real ids the same way. Target: tnet >= 3x TFRA (WD-400: 2x). PSS is
+WD-400's only.
 
 PSS (--pss_shapes, default 2x2; --no_pss skips it): TFRA on a local
 cluster on 127.0.0.1 (chief + W workers + P ps, every task a process of the
@@ -82,7 +92,9 @@ TFRA_REQUIREMENTS = ("tensorflow==2.16.2", "tf-keras==2.16.0",
                      "setuptools<81")
 TFRA_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 STAMP_NAME = ".tnet-bench-tfra"
-TARGET = 2.0  # docs/BENCHMARK_PROTOCOL.md: tnet >= 2x TFRA examples/s
+# docs/BENCHMARK_PROTOCOL.md: tnet / TFRA examples/s, per --config
+TARGETS = {"wd400": 2.0, "sparse_heavy": 3.0}
+TITLES = {"wd400": "WD-400", "sparse_heavy": "SPARSE-HEAVY"}
 IMPL_NAMES = {"tnet": "tnet", "tfra": "TFRA", "stock": "stock floormod",
               "dnn_tnet_venv": "DNN-only, tnet venv",
               "dnn_tfra_venv": "DNN-only, TFRA venv"}
@@ -95,6 +107,8 @@ CASES = {"tnet": ("tnet", "tnet"), "tfra": ("tfra", "tfra"),
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--config", choices=("wd400", "sparse_heavy"),
+                   default="wd400")
     p.add_argument("--scale", type=float, default=1.0)
     p.add_argument("--batch", type=int, default=4096)
     p.add_argument("--warmup_steps", type=int, default=5)
@@ -159,6 +173,8 @@ def parse_args(argv=None):
         args.no_stock = args.no_dnn = True
         args.pss_steps, args.pss_epochs, args.pss_timeout = 4, 1, 420
         args.child_timeout = 600
+    if args.config != "wd400":
+        args.no_pss = True  # the PSS child builds WD-400 only
     args.shape_list = []
     for s in args.pss_shapes.split(","):
         w, _, ps = s.strip().partition("x")
@@ -336,6 +352,7 @@ def run_child(args, ctx, case: str, mode: str, tag: str) -> dict:
     impl, venv = CASES[case]
     py = sys.executable if venv == "tnet" else tfra_python(args.tfra_venv)
     cmd = [py, CHILD, "--impl", impl, "--mode", mode, "--data", ctx["data"],
+           "--config", args.config,
            "--batch", str(args.batch), "--warmup_steps",
            str(args.warmup_steps), "--steps", str(args.steps),
            "--epochs", str(args.epochs), "--lr", str(args.lr),
@@ -512,7 +529,7 @@ def _first_error_line(record: dict) -> str:
 def build_report(args, info, venv, data_facts, runs, quality, pss):
     import tools._bench_common as bc  # noqa: PLC0415
     measurements = []
-    section = "WD-400 one process"
+    section = f"{TITLES[args.config]} one process"
     if runs:
         eps = {k: [r["examples_per_sec"] for r in v] for k, v in runs.items()}
         tf_tnet = info["versions"]["tensorflow"]
@@ -542,7 +559,8 @@ def build_report(args, info, venv, data_facts, runs, quality, pss):
                     note="same venv and TF"))
         measurements.append(bc.Measurement(
             section, "tnet WD, Adagrad", "examples/s", eps["tnet"], "TFRA",
-            bc.paired_ratios(eps["tnet"], eps["tfra"]), target=TARGET,
+            bc.paired_ratios(eps["tnet"], eps["tfra"]),
+            target=TARGETS[args.config],
             note=f"tnet on TF {tf_tnet}, TFRA on TF {tf_tfra}"))
         if "dnn_tnet_venv" in eps:
             measurements.append(bc.Measurement(
@@ -579,7 +597,7 @@ def build_report(args, info, venv, data_facts, runs, quality, pss):
                 [rec["examples_per_sec"]],
                 note="every process on the same cores"))
 
-    title = "bench_tfra: WD-400, tnet vs TFRA 0.8.1" + (
+    title = f"bench_tfra: {TITLES[args.config]}, tnet vs TFRA 0.8.1" + (
         " (quick)" if args.quick else "")
     md = bc.header_markdown(info, title)
     md += (f"\n- TFRA venv: {venv.get('versions', '?')} at "
@@ -677,7 +695,9 @@ def prepare_data(args, tmp: str) -> dict:
     from tnet.data.metrics import auc  # noqa: PLC0415
     from tnet.data.synthetic import SyntheticCriteo  # noqa: PLC0415
     t0 = time.perf_counter()
-    gen = SyntheticCriteo(seed=0, scale=args.scale)
+    gen = SyntheticCriteo(seed=0, scale=args.scale,
+                          multi_valued=4 if args.config == "sparse_heavy"
+                          else 0)
     arrays = {}
     for split, n in (("train", args.train_examples),
                      ("holdout", args.holdout_examples)):
@@ -767,7 +787,8 @@ def main(argv=None) -> int:
     measurements, md = build_report(args, info, venv, data_facts, runs,
                                     quality, pss)
     out = args.out or bc.default_out_path(
-        "bench_tfra" + ("-quick" if args.quick else ""))
+        "bench_tfra" + ("" if args.config == "wd400" else "-" + args.config)
+        + ("-quick" if args.quick else ""))
     config = {k: v for k, v in vars(args).items() if k != "shape_list"}
     bc.write_results(out, info, measurements, md, extra={
         "config": config, "tfra_venv": venv, "data": data_facts,
