@@ -83,8 +83,11 @@ bench-pss-bytes: build
 
 # tnet vs TensorFlow Recommenders-Addons 0.8.1 (WD-400, same synthetic
 # data). TFRA needs TF 2.16.2: the script creates .venv-tfra once (~2.3 GB).
+# tnet against TFRA 0.8.1 (its own venv, .venv-tfra, created on first use):
+# WD-400 (with TFRA under PSS), then SPARSE-HEAVY (one process).
 bench-tfra: build
 	$(PY) tools/bench_tfra.py
+	$(PY) tools/bench_tfra.py --config sparse_heavy
 
 bench-saving: build
 	$(PY) tools/bench_saving.py
