@@ -138,9 +138,10 @@ class StockTwoTower(tfrs.models.Model):
     """The same two-tower in stock tf_keras: floormod ids, hashed strings,
     Keras' Embedding defaults."""
 
-    def __init__(self):
+    def __init__(self, initializer="uniform"):
         super().__init__()
-        emb = tf_keras.layers.Embedding
+        emb = lambda n, d: tf_keras.layers.Embedding(  # noqa: E731
+            n, d, embeddings_initializer=initializer)
         self.user_emb = emb(USER_BINS, DIM)
         self.segment_emb = emb(STRING_BINS, DIM)
         self.history_emb = emb(ITEM_BINS, DIM)
@@ -181,8 +182,22 @@ class StockTwoTower(tfrs.models.Model):
                          candidate_ids=f["item_id"], compute_metrics=False)
 
 
-def stock_model(accumulator: float | None = None):
-    model = StockTwoTower()
+def _keras_initializer(spec):
+    """A tools/measure_defaults.py CANDIDATES value as a Keras initializer
+    (probes of the stock side; None: Keras' Embedding default)."""
+    if spec is None:
+        return "uniform"
+    if isinstance(spec, dict):
+        return tf_keras.initializers.RandomNormal(stddev=spec["stddev"])
+    if spec == "truncated_normal":
+        return tf_keras.initializers.TruncatedNormal(stddev=DIM ** -0.5)
+    return spec
+
+
+def stock_model(accumulator: float | None = None, initializer=None):
+    """`initializer` (probes only): every Embedding's, in place of Keras'
+    uniform +-0.05."""
+    model = StockTwoTower(_keras_initializer(initializer))
     kw = ({} if accumulator is None
           else {"initial_accumulator_value": accumulator})
     model.compile(tf_keras.optimizers.Adagrad(LR, **kw))
@@ -319,12 +334,13 @@ def run(side: str, seed: int, epochs: int = 2,
         accumulator: float | None = None, initializer=None,
         curve: list | None = None) -> dict:
     """One trained model's hold-out recall@k (side "tnet" | "stock";
-    `initializer`: tnet only, None for the default; `curve`: a list that
+    `initializer`: every table's or Embedding's, None for the side's
+    default; `curve`: a list that
     gets recall@50 after every epoch)."""
     data = generate()
     tf_keras.utils.set_random_seed(seed)
     model = (tnet_model(accumulator, initializer) if side == "tnet"
-             else stock_model(accumulator))
+             else stock_model(accumulator, initializer))
     for epoch in range(epochs):
         model.fit(batches(data["train"], seed * 1000 + epoch), epochs=1,
                   verbose=0)
