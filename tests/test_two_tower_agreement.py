@@ -55,3 +55,27 @@ def test_two_tower_follows_stock_step_for_step(data, source):
         # the rows did move: the comparison is not of two unchanged copies
         moved = np.abs(theirs - before[key][1]).max()
         assert moved > 1e-2, (key, moved)
+
+
+def test_two_tower_tables_start_like_keras_embeddings(data):
+    """TwoTower's rows start as Keras' Embedding rows do (uniform +-0.05):
+    from tnet's table default normal(0, 0.01) the L2-normalized towers
+    trained slower and scored below the stock model (issue 25)."""
+    tnet_side = tt.tnet_model()
+    stock = tt.stock_model()
+    first = {k: tf.constant(v[:tt.BATCH]) for k, v in data["train"].items()}
+    stock.query_embedding(first)
+    tables = tnet_side.tables() or None
+    if tables is None:    # tables appear on the first call
+        tnet_side.query_embedding(first)
+        tnet_side.candidate_embedding(first)
+        tables = tnet_side.tables()
+    assert sorted(tables) == ["history_item", "item", "user"]
+    keras_rows = stock.user_emb.embeddings.numpy()
+    for name, parts in tt.id_keys(data).items():
+        keys = np.concatenate([k for _, _, k in parts])
+        rows = tables[name].pull(tf.constant(keys), training=True).numpy()
+        assert np.abs(rows).max() <= 0.05, name
+        assert abs(rows.mean()) < 0.002, name
+        np.testing.assert_allclose(rows.std(), keras_rows.std(), rtol=0.03,
+                                   err_msg=name)
