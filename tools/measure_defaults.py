@@ -33,7 +33,8 @@ tests/programs/two_tower.py; hold-out recall@50 in "score", with
 "metric" naming it, and recall@10 beside it);
 side tnet|stock; accumulator "-" for the side's default, else Adagrad's
 start (tnet: the rows' only, dense keeps Keras' 0.1; stock: every
-variable's); initializer "-" for the default or a CANDIDATES key.
+variable's); initializer "-" for the default or a CANDIDATES key (tnet's
+tables; on two_tower also the stock side's Embeddings).
 """
 from __future__ import annotations
 
@@ -169,8 +170,10 @@ def one(spec: str, jsonl: str, data_dir: str, curve: bool = False) -> None:
                                epochs, batches,
                                None if wide_ftrl == "-" else float(wide_ftrl))
     elif case in ("tfrecord_mv", "two_tower"):
-        if kind != "adagrad" or (init != "-" and side != "tnet"):
-            raise SystemExit(f"{case}: Adagrad; an initializer for tnet only")
+        if kind != "adagrad" or (init != "-" and side != "tnet"
+                                 and case != "two_tower"):
+            raise SystemExit(f"{case}: Adagrad; an initializer for tnet only "
+                             "(two_tower: for either side)")
         by_epoch = [] if curve else None
         extra = (tfrecord_mv.run if case == "tfrecord_mv" else two_tower.run)(
             side, int(seed), epochs, None if acc == "-" else float(acc),

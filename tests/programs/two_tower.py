@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 import tnet as tn
+from tnet import feature_column as fc
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 import tf_keras
@@ -107,23 +108,18 @@ def batches(examples, seed):
 
 
 def tnet_model(accumulator: float | None = None, initializer=None):
-    """`initializer` (probes only): every table's, in place of tnet's
-    default (TwoTower takes none, so its column factory is wrapped)."""
+    """`initializer` (probes only): every table's, in place of TwoTower's
+    default (Keras' uniform +-0.05 since the two-tower gap was traced to
+    tnet's table default normal(0, 0.01))."""
     kw = ({} if accumulator is None
           else {"row_initial_accumulator_value": accumulator})
-    from tnet import feature_column as fc
-    factory = fc.embedding_column
-    if initializer is not None:
-        fc.embedding_column = lambda *a, **k: factory(
-            *a, **{"initializer": initializer, **k})
-    try:
-        model = tn.models.TwoTower(
-            user_features=("segment",), history="history",
-            history_max_length=HISTORY, pooling="mean", embedding_dim=DIM,
-            output_dim=DIM, hidden_units=(64,), temperature=0.1,
-            sampling_probability_key="item_prob")
-    finally:
-        fc.embedding_column = factory
+    init = ({} if initializer is None
+            else {"embedding_initializer": initializer})
+    model = tn.models.TwoTower(
+        user_features=("segment",), history="history",
+        history_max_length=HISTORY, pooling="mean", embedding_dim=DIM,
+        output_dim=DIM, hidden_units=(64,), temperature=0.1,
+        sampling_probability_key="item_prob", **init)
     model.compile(tn.optimizer.Adagrad(LR, **kw))
     return model
 
@@ -137,9 +133,10 @@ class StockTwoTower(tfrs.models.Model):
     """The same two-tower in stock tf_keras: floormod ids, hashed strings,
     Keras' Embedding defaults."""
 
-    def __init__(self):
+    def __init__(self, initializer="uniform"):
         super().__init__()
-        emb = tf_keras.layers.Embedding
+        emb = lambda n, d: tf_keras.layers.Embedding(  # noqa: E731
+            n, d, embeddings_initializer=initializer)
         self.user_emb = emb(USER_BINS, DIM)
         self.segment_emb = emb(STRING_BINS, DIM)
         self.history_emb = emb(ITEM_BINS, DIM)
@@ -180,12 +177,115 @@ class StockTwoTower(tfrs.models.Model):
                          candidate_ids=f["item_id"], compute_metrics=False)
 
 
-def stock_model(accumulator: float | None = None):
-    model = StockTwoTower()
+def _keras_initializer(spec):
+    """A tools/measure_defaults.py CANDIDATES value as a Keras initializer
+    (probes of the stock side; None: Keras' Embedding default)."""
+    if spec is None:
+        return "uniform"
+    if isinstance(spec, dict):
+        return tf_keras.initializers.RandomNormal(stddev=spec["stddev"])
+    if spec == "truncated_normal":
+        return tf_keras.initializers.TruncatedNormal(stddev=DIM ** -0.5)
+    return spec
+
+
+def stock_model(accumulator: float | None = None, initializer=None):
+    """`initializer` (probes only): every Embedding's, in place of Keras'
+    uniform +-0.05."""
+    model = StockTwoTower(_keras_initializer(initializer))
     kw = ({} if accumulator is None
           else {"initial_accumulator_value": accumulator})
     model.compile(tf_keras.optimizers.Adagrad(LR, **kw))
     return model
+
+
+# ------------------------------------------- the two sides from one start
+# (tools/two_tower_agreement.py, tests/test_two_tower_agreement.py)
+
+def _import(table, keys, weights, accumulator):
+    keys = tf.constant(keys, tf.int64)
+    n = int(keys.shape[0])
+    table.import_rows(keys, weights,
+                      np.full((n, table.num_slots), accumulator, np.float32),
+                      np.zeros((n, 3), np.float64))
+
+
+def _string_keys(strings, column):
+    return fc.keys_of(tf.constant(strings), fc.column_salt(column)).numpy()
+
+
+def id_keys(data):
+    """{table: [(stock Embedding attribute, ids into it, tnet keys)]}."""
+    users = np.arange(NUM_USERS, dtype=np.int64)
+    items = np.arange(NUM_ITEMS, dtype=np.int64)
+    segs = np.unique(data["train"]["segment"])
+    genres = np.unique(data["items"]["genres"])
+    genres = genres[genres != b""]
+    bucket = lambda s: tf.strings.to_hash_bucket_fast(  # noqa: E731
+        s, STRING_BINS).numpy()
+    return {
+        "user": [("user_emb", users % USER_BINS,
+                  users ^ fc.column_salt("user_id")),
+                 ("segment_emb", bucket(segs), _string_keys(segs, "segment"))],
+        "history_item": [("history_emb", items % ITEM_BINS, items)],
+        "item": [("item_emb", items % ITEM_BINS,
+                  items ^ fc.column_salt("item_id")),
+                 ("genre_emb", bucket(genres),
+                  _string_keys(genres, "genres"))],
+    }
+
+
+def aligned_pair(data, seed=0, accumulator=0.1, source="stock"):
+    """(stock, tnet) with the same initial weights: the stock model's
+    (source "stock": its Embedding rows imported into tnet's tables) or
+    tnet's (source "tnet": the rows tnet's initializer gives every id,
+    written into the stock Embeddings; "tnet_lazy": the same, but tnet's
+    table rows are created by training, as in a normal run). Towers: the
+    stock model's."""
+    tf_keras.utils.set_random_seed(seed)
+    stock = stock_model(accumulator)
+    tnet_side = tnet_model(accumulator)
+    first = {k: tf.constant(v[:BATCH]) for k, v in data["train"].items()}
+    for m in (stock, tnet_side):
+        m.query_embedding(first)
+        m.candidate_embedding(first)
+    for src, dst in ((stock.query_tower, tnet_side.query_tower),
+                     (stock.candidate_tower, tnet_side.candidate_tower)):
+        dst.set_weights(src.get_weights())
+    tables = tnet_side.tables()
+    twin = None
+    if source == "tnet_lazy":
+        twin = tnet_model(accumulator)
+        twin.query_embedding(first)
+        twin.candidate_embedding(first)
+        twin = twin.tables()
+    for name, parts in id_keys(data).items():
+        table = tables[name]
+        if source == "stock":
+            _import(table, np.concatenate([k for _, _, k in parts]),
+                    np.concatenate([getattr(stock, a).embeddings.numpy()[i]
+                                    for a, i, _ in parts]), accumulator)
+            continue
+        for attr, index, keys in parts:
+            # a training pull inserts each key's row as its initializer
+            # draws it; then the accumulators are set to `accumulator`.
+            # "tnet_lazy": the rows are drawn in a twin model's table, and
+            # tnet's own table creates them when training first meets them.
+            rows = (twin or tables)[name].pull(tf.constant(keys),
+                                               training=True).numpy()
+            if source == "tnet":
+                _import(table, keys, rows, accumulator)
+            var = getattr(stock, attr).embeddings
+            var.scatter_update(tf.IndexedSlices(tf.constant(rows),
+                                                tf.constant(index)))
+    return stock, tnet_side
+
+
+def tower_difference(a, b) -> float:
+    """Largest |difference| between the two models' tower weights."""
+    return max(float(np.max(np.abs(x - y))) for x, y in
+               zip(a.query_tower.get_weights() + a.candidate_tower.get_weights(),
+                   b.query_tower.get_weights() + b.candidate_tower.get_weights()))
 
 
 def recall(model, data, ks=KS) -> dict:
@@ -229,12 +329,13 @@ def run(side: str, seed: int, epochs: int = 2,
         accumulator: float | None = None, initializer=None,
         curve: list | None = None) -> dict:
     """One trained model's hold-out recall@k (side "tnet" | "stock";
-    `initializer`: tnet only, None for the default; `curve`: a list that
+    `initializer`: every table's or Embedding's, None for the side's
+    default; `curve`: a list that
     gets recall@50 after every epoch)."""
     data = generate()
     tf_keras.utils.set_random_seed(seed)
     model = (tnet_model(accumulator, initializer) if side == "tnet"
-             else stock_model(accumulator))
+             else stock_model(accumulator, initializer))
     for epoch in range(epochs):
         model.fit(batches(data["train"], seed * 1000 + epoch), epochs=1,
                   verbose=0)

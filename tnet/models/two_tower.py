@@ -40,7 +40,18 @@ from tnet import feature_column as fc
 from tnet import layers
 from tnet.model import Model
 
-__all__ = ["TwoTower"]
+__all__ = ["TwoTower", "EMBEDDING_INITIALIZER"]
+
+# The tables' initializer in TwoTower: Keras' Embedding default, uniform
+# +-0.05, not tnet's table default normal(0, 0.01) (chosen on CTR models).
+# Both towers end in an L2 normalization, whose gradient is
+# (I - x x^T/|x|^2) / |x|: embeddings 3x smaller make the towers' first
+# outputs ~3x smaller, their first gradients ~3x larger, and the dense
+# Adagrad accumulators, which never forget them, grow larger (the towers'
+# biases' 12x after 30 steps in the two-tower study), so the towers learn
+# slower for the rest of the run. Measured: BENCHMARKS.md, "The two-tower
+# gap: the initializer".
+EMBEDDING_INITIALIZER = "uniform"
 
 
 def _tower(hidden_units: Sequence[int], output_dim: int, name: str):
@@ -77,6 +88,11 @@ class TwoTower(Model):
       ks: the k of the FactorizedTopK recall metrics.
       remove_accidental_hits: do not count an in-batch copy of the positive
         item as a negative.
+      embedding_initializer: every table's initializer (see
+        tn.SparseTable); by default EMBEDDING_INITIALIZER, Keras'
+        Embedding default uniform +-0.05, with which the normalized towers
+        train as the stock model's do (see EMBEDDING_INITIALIZER). None:
+        tnet's table default, normal(0, 0.01).
     """
 
     def __init__(self, user_id: str = "user_id",
@@ -90,7 +106,9 @@ class TwoTower(Model):
                  temperature: Optional[float] = 0.1,
                  sampling_probability_key: Optional[str] = None,
                  ks: Sequence[int] = (10, 50, 100),
-                 remove_accidental_hits: bool = True, **kwargs):
+                 remove_accidental_hits: bool = True,
+                 embedding_initializer: Any = EMBEDDING_INITIALIZER,
+                 **kwargs):
         super().__init__(**kwargs)
         if pooling not in ("mean", "attention"):
             raise ValueError(f"TwoTower: pooling must be 'mean' or "
@@ -105,11 +123,14 @@ class TwoTower(Model):
         self.ks = tuple(int(k) for k in ks)
         self.embedding_dim = embedding_dim
 
+        init = embedding_initializer
         user_cols = [fc.embedding_column(fc.category_column(user_id),
-                                         embedding_dim, table="user")]
+                                         embedding_dim, table="user",
+                                         initializer=init)]
         user_cols += [fc.embedding_column(
             fc.category_column(n, tf.string), embedding_dim,
-            table="user") for n in self.user_feature_names]
+            table="user", initializer=init)
+            for n in self.user_feature_names]
         self.user_embeddings = layers.EmbeddingFeatures(
             user_cols, name="user_embeddings")
         self.history_embeddings = None
@@ -118,13 +139,16 @@ class TwoTower(Model):
                                               max_length=history_max_length)
             self.history_embeddings = layers.SequenceEmbeddingFeatures(
                 [fc.embedding_column(seq, embedding_dim,
-                                     table="history_item")],
+                                     table="history_item",
+                                     initializer=init)],
                 pooling=pooling, name="history_embeddings")
         item_cols = [fc.embedding_column(fc.category_column(item_id),
-                                         embedding_dim, table="item")]
+                                         embedding_dim, table="item",
+                                         initializer=init)]
         item_cols += [fc.embedding_column(
             fc.category_column(n, tf.string), embedding_dim, combiner="mean",
-            table="item") for n in self.item_feature_names]
+            table="item", initializer=init)
+            for n in self.item_feature_names]
         self.item_embeddings = layers.EmbeddingFeatures(
             item_cols, name="item_embeddings")
         self.query_tower = _tower(hidden_units, output_dim, "query_tower")
