@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from support import byod_data as bd
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -28,6 +30,8 @@ def _command(work: pathlib.Path) -> list[str]:
             "--shuffle_buffer=0"]
 
 
+# make test-long: test_exact_resume's daily-loop kill, which compares every state, stays.
+@pytest.mark.long
 def test_daily_loop_resumes_after_kill(tmp_path):
     bd.write_spec(tmp_path / "spec.json")
     for i, day in enumerate(DAYS):

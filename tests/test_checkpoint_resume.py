@@ -129,6 +129,8 @@ def test_sigkill_after_checkpoint_then_resume_one_process(tmp_path):
     assert "CKPT_DONE iterations=80" in out
 
 
+# make test-long: test_checkpoint's bit-exact resharding and test_faults' cluster kills stay.
+@pytest.mark.long
 def test_sigkill_cluster_then_resume_on_more_ps(tmp_path):
     """PSS: epoch-end checkpoints on the chief; SIGKILL every process after
     the checkpoint at step N; a new cluster with 3 ps (was 2) resumes at

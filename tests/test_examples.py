@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 
@@ -19,6 +21,8 @@ def _run(*cmd: str) -> str:
     return proc.stdout
 
 
+# make test-long: the daily loop's kill and resume are in test_exact_resume.
+@pytest.mark.long
 def test_tensornet_style_daily_loop_resumes_and_serves(tmp_path):
     example = str(ROOT / "examples" / "tensornet_style.py")
     args = ["--workdir", str(tmp_path), "--days", "3",

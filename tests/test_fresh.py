@@ -522,6 +522,8 @@ def test_cli_publishes_deltas_that_bring_the_base_to_the_trained_model(
     assert np.max(np.abs(stale.reshape(-1) - expected)) > 1e-3
 
 
+# make test-long: test_cli_publishes_deltas_that_bring_the_base_to_the_trained_model stays.
+@pytest.mark.long
 def test_daily_loop_publishes_every_day_into_the_day_before(tmp_path):
     """`python -m tnet.train --days=A..B --day_pattern=... --publish_every_
     n_steps=4`: before the first day an updatable base of the untrained

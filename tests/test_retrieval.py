@@ -235,6 +235,7 @@ def test_cold_start_falls_back_to_features_and_history(data, trained):
 
 
 # ------------------------------------------------------------- cluster
+@pytest.mark.long  # make test-long; the PSS tests of test_distributed stay
 def test_config_trains_on_a_ps_cluster(tmp_path):
     data_file("movielens/ml-100k_ua.base")
     run = start_cluster(2, 1, [

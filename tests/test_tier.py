@@ -344,6 +344,7 @@ _MEMORY_TESTS = ("test_eviction_frees_memory_and_rows_are_reused",
                  "test_save_memory_stays_bounded_for_2m_rows")
 
 
+@pytest.mark.long  # make test-long; the tier's own tests stay in make test
 @pytest.mark.timeout(900)
 def test_table_optimizer_and_checkpoint_tests_pass_with_every_table_tiered():
     """The table, optimizer, lifecycle, kernel and checkpoint tests again,
@@ -364,6 +365,8 @@ def test_table_optimizer_and_checkpoint_tests_pass_with_every_table_tiered():
     assert passed >= 100, r.stdout[-2000:]
 
 
+# make test-long: test_a_model_trains_the_same_with_its_tables_on_disk stays.
+@pytest.mark.long
 @pytest.mark.timeout(600)
 def test_feature_spec_and_cli_train_the_same_with_a_tier(tmp_path):
     """A user's feature spec (generated click log, int and string ids,
