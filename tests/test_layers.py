@@ -224,6 +224,17 @@ def test_ragged_sparse_and_dense_inputs_agree():
     a = layer({"a": dense}, training=True).numpy()
     np.testing.assert_array_equal(a, layer({"a": ragged}).numpy())
     np.testing.assert_array_equal(a, layer({"a": sparse}).numpy())
+    # padding inside ragged / sparse values reads as nothing (not counted)
+    ragged_pad = tf.ragged.constant([[1, -1, 2], [-1, 3], [-1]], dtype=tf.int64)
+    np.testing.assert_array_equal(a, layer({"a": ragged_pad}).numpy())
+    sparse_pad = tf.sparse.from_dense(tf.constant([[2, 0, 3], [0, 4, 0],
+                                                   [0, 0, 0]], tf.int64))
+    sparse_pad = tf.SparseTensor(sparse_pad.indices, sparse_pad.values - 1,
+                                 sparse_pad.dense_shape)  # [[1, 2], [3], []]
+    np.testing.assert_array_equal(a, layer({"a": sparse_pad}).numpy())
+    with_pad = tf.SparseTensor([[0, 0], [0, 1], [0, 2], [1, 0], [2, 1]],
+                               tf.constant([1, -1, 2, 3, -1], tf.int64), [3, 3])
+    np.testing.assert_array_equal(a, layer({"a": with_pad}).numpy())
     np.testing.assert_array_equal(a[2], np.zeros(DIM))  # no ids: zeros
     rows = layer.tables["a"].pull([1, 2, 3]).numpy()
     np.testing.assert_allclose(a[0], rows[:2].mean(0), rtol=1e-6)
@@ -350,7 +361,8 @@ def test_dense_and_ragged_columns_in_any_order(order):
     from tnet import scopes
     feats = {"d1": np.array([[1, -1], [2, 3], [-1, -1]], np.int64),
              "d2": np.array([5, 1, 7], np.int64),
-             "r1": tf.ragged.constant([[1, 2, 2], [], [4]], dtype=tf.int64),
+             "r1": tf.ragged.constant([[1, 2, -1, 2], [], [4, -1]],
+                                      dtype=tf.int64),
              "r2": tf.ragged.constant([[9], [1, 5], [3, 3]], dtype=tf.int64)}
     combiners = {"d1": "mean", "d2": "sum", "r1": "sqrtn", "r2": "mean"}
     rng = np.random.default_rng(0)

@@ -211,10 +211,19 @@ def _embed(layer, features, training, sequence: bool):
             valids.append(flat_mask)
             parts.append(("block", block, shape))
         for index, col, ids in general:
-            k, r, b, p = fc.ids_to_keys(col.categorical_column, ids,
-                                        salted=salted, sequence=sequence)
+            cat = col.categorical_column
+            if sequence:
+                k, r, b, p = fc.ids_to_keys(cat, ids, salted=salted,
+                                            sequence=True)
+                valid = None
+            else:  # padding stays in place, masked (idx -1)
+                k, r, b, valid = lookup.traced_once(
+                    ("general", salted, ids, cat.name, cat.dtype.name),
+                    lambda cat=cat, ids=ids: fc.ids_to_masked_keys(
+                        cat, ids, salted=salted))
+                p = None
             keys.append(k)
-            valids.append(None)
+            valids.append(valid)
             parts.append(("general", (index, col), (r, b, p)))
         table_rows, indices = lookup.fused_lookup(
             layer.tables[table_name], keys, training, lr_fn, valids)
