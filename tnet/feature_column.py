@@ -230,23 +230,13 @@ def ids_to_masked_keys(column: CategoryColumn, ids: Any,
             raise ValueError(f"feature {column.name!r}: a RaggedTensor of ids "
                              f"must be [batch, (ids)], got shape {ids.shape}")
         values = check_id_dtype(column, ids.flat_values)
-        rows = _row_ids(ids.row_splits, tf.shape(values, out_type=tf.int64)[0])
+        rows = ids.value_rowids()
         batch = ids.nrows()
     else:
         raise TypeError(f"feature {column.name!r}: expected ragged or sparse "
                         f"ids, got {type(ids).__name__}")
     return (_to_keys(column, values, salted), tf.cast(rows, tf.int64), batch,
             not_padding(values))
-
-
-def _row_ids(splits, num_values):
-    """value_rowids() of a ragged tensor from its row_splits: the row of
-    value i is the number of row starts splits[1:B] at or before i (a
-    bincount and a cumsum; the stock route builds a [B, longest row] mask)."""
-    splits = tf.cast(splits, tf.int64)
-    starts = tf.math.bincount(splits[1:-1], minlength=num_values,
-                              maxlength=num_values, dtype=tf.int64)
-    return tf.cumsum(starts)
 
 
 def _truncate_recent(values, rows, batch, max_length):
