@@ -24,7 +24,7 @@ import sys
 import time
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # PYTHONPATH first
 
 WRAP = ("ExecutorState::Process", "KernelAndDeviceFunc::Run", "EagerLocalExecute")
 SPARSE = {"TnetUnique", "SparseTablePull", "SparseTablePush", "TnetEmbedCombine",
