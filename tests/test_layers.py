@@ -224,6 +224,17 @@ def test_ragged_sparse_and_dense_inputs_agree():
     a = layer({"a": dense}, training=True).numpy()
     np.testing.assert_array_equal(a, layer({"a": ragged}).numpy())
     np.testing.assert_array_equal(a, layer({"a": sparse}).numpy())
+    # padding inside ragged / sparse values reads as nothing (not counted)
+    ragged_pad = tf.ragged.constant([[1, -1, 2], [-1, 3], [-1]], dtype=tf.int64)
+    np.testing.assert_array_equal(a, layer({"a": ragged_pad}).numpy())
+    sparse_pad = tf.sparse.from_dense(tf.constant([[2, 0, 3], [0, 4, 0],
+                                                   [0, 0, 0]], tf.int64))
+    sparse_pad = tf.SparseTensor(sparse_pad.indices, sparse_pad.values - 1,
+                                 sparse_pad.dense_shape)  # [[1, 2], [3], []]
+    np.testing.assert_array_equal(a, layer({"a": sparse_pad}).numpy())
+    with_pad = tf.SparseTensor([[0, 0], [0, 1], [0, 2], [1, 0], [2, 1]],
+                               tf.constant([1, -1, 2, 3, -1], tf.int64), [3, 3])
+    np.testing.assert_array_equal(a, layer({"a": with_pad}).numpy())
     np.testing.assert_array_equal(a[2], np.zeros(DIM))  # no ids: zeros
     rows = layer.tables["a"].pull([1, 2, 3]).numpy()
     np.testing.assert_allclose(a[0], rows[:2].mean(0), rtol=1e-6)
@@ -336,3 +347,54 @@ def test_layer_own_schedule_follows_the_model_steps():
     np.testing.assert_allclose(seen[0], np.full(DIM, -0.5), rtol=1e-6)
     np.testing.assert_allclose(seen[1], np.full(DIM, -0.55), rtol=1e-6)
     np.testing.assert_allclose(seen[2], np.full(DIM, -0.60), rtol=1e-6)
+
+
+@pytest.mark.parametrize("order", [("d1", "r1", "d2", "r2"),
+                                   ("r1", "d1", "d2", "r2"),
+                                   ("r1", "r2", "d1", "d2"),
+                                   ("d2", "d1", "r2", "r1")])
+def test_dense_and_ragged_columns_in_any_order(order):
+    """One shared table, dense-block and ragged columns in any order: every
+    column's output and every row's gradient are exactly the same (in
+    column order the layer joins the blocks without a per-column split;
+    otherwise it splits them into their columns)."""
+    from tnet import scopes
+    feats = {"d1": np.array([[1, -1], [2, 3], [-1, -1]], np.int64),
+             "d2": np.array([5, 1, 7], np.int64),
+             "r1": tf.ragged.constant([[1, 2, -1, 2], [], [4, -1]],
+                                      dtype=tf.int64),
+             "r2": tf.ragged.constant([[9], [1, 5], [3, 3]], dtype=tf.int64)}
+    combiners = {"d1": "mean", "d2": "sum", "r1": "sqrtn", "r2": "mean"}
+    rng = np.random.default_rng(0)
+    weights = {n: rng.normal(size=(3, DIM)).astype(np.float32) for n in feats}
+
+    def run(names):
+        cols = [fc.embedding_column(fc.category_column(n), DIM,
+                                    combiner=combiners[n], table="t")
+                for n in names]
+        layer = tn.layers.EmbeddingFeatures(cols)
+        w = tf.constant(np.concatenate([weights[n] for n in names], 1))
+
+        @tf.function
+        def step():
+            with tf.GradientTape() as tape:
+                with scopes.recording(tape) as rec:
+                    out = layer(feats, training=True)
+                    loss = tf.reduce_sum(out * w)
+            lk = rec.lookups[0]
+            return out, lk.keys, tf.convert_to_tensor(
+                tape.gradient(loss, lk.embeddings))
+
+        out, keys, grad = (t.numpy() for t in step())
+        per_col = {n: out[:, i * DIM:(i + 1) * DIM] for i, n in enumerate(names)}
+        return per_col, dict(zip(keys.tolist(), grad))
+
+    want_out, want_grad = run(("d1", "d2", "r1", "r2"))  # joined as is
+    got_out, got_grad = run(order)
+    for n in feats:
+        np.testing.assert_array_equal(got_out[n], want_out[n])
+    assert len(want_grad) == 13  # each column's keys are salted apart
+    assert set(got_grad) == set(want_grad)
+    for k, g in want_grad.items():
+        np.testing.assert_array_equal(got_grad[k], g)
+    assert np.abs(np.stack(list(want_grad.values()))).sum() > 0

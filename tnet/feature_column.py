@@ -206,6 +206,39 @@ def ids_to_keys(column: CategoryColumn, ids: Any, salted: bool = False,
     return _to_keys(column, values, salted), rows, batch, position
 
 
+def ids_to_masked_keys(column: CategoryColumn, ids: Any,
+                       salted: bool = False):
+    """A ragged or sparse column's ids as table keys, padding kept in place.
+
+    Returns (keys int64 [K], example int64 [K], batch_size, valid bool
+    [K]): every stored value (K of them) with its example row; `valid` is
+    False at padding (-1 / ""), which the dedup skips (idx -1) and the
+    combine reads as nothing. The same keys and rows as `ids_to_keys`
+    without the compaction (two boolean_masks per column per step).
+    """
+    if isinstance(ids, tf.SparseTensor):
+        if ids.shape.rank is not None and ids.shape.rank != 2:
+            raise ValueError(f"feature {column.name!r}: a SparseTensor of ids "
+                             f"must have rank 2 [batch, ids], got rank "
+                             f"{ids.shape.rank}")
+        values = check_id_dtype(column, ids.values)
+        rows = ids.indices[:, 0]
+        batch = ids.dense_shape[0]
+    elif isinstance(ids, tf.RaggedTensor):
+        if ids.ragged_rank != 1 or (ids.shape.rank is not None
+                                    and ids.shape.rank != 2):
+            raise ValueError(f"feature {column.name!r}: a RaggedTensor of ids "
+                             f"must be [batch, (ids)], got shape {ids.shape}")
+        values = check_id_dtype(column, ids.flat_values)
+        rows = ids.value_rowids()
+        batch = ids.nrows()
+    else:
+        raise TypeError(f"feature {column.name!r}: expected ragged or sparse "
+                        f"ids, got {type(ids).__name__}")
+    return (_to_keys(column, values, salted), tf.cast(rows, tf.int64), batch,
+            not_padding(values))
+
+
 def _truncate_recent(values, rows, batch, max_length):
     """Keeps each example's last max_length ids; returns their positions."""
     counts = tf.math.unsorted_segment_sum(tf.ones_like(rows), rows, batch)

@@ -211,24 +211,28 @@ def _embed(layer, features, training, sequence: bool):
             valids.append(flat_mask)
             parts.append(("block", block, shape))
         for index, col, ids in general:
-            k, r, b, p = fc.ids_to_keys(col.categorical_column, ids,
-                                        salted=salted, sequence=sequence)
+            cat = col.categorical_column
+            if sequence:
+                k, r, b, p = fc.ids_to_keys(cat, ids, salted=salted,
+                                            sequence=True)
+                valid = None
+            else:  # padding stays in place, masked (idx -1)
+                k, r, b, valid = lookup.traced_once(
+                    ("general", salted, ids, cat.name, cat.dtype.name),
+                    lambda cat=cat, ids=ids: fc.ids_to_masked_keys(
+                        cat, ids, salted=salted))
+                p = None
             keys.append(k)
-            valids.append(None)
+            valids.append(valid)
             parts.append(("general", (index, col), (r, b, p)))
         table_rows, indices = lookup.fused_lookup(
             layer.tables[table_name], keys, training, lr_fn, valids)
         every_column = list(range(len(outputs)))
         flat = []  # ragged / sparse pieces: (index, col, idx, example, batch)
+        wholes = []  # ([column indices], [B, C * dim], split into columns)
         for idx, (kind, what, extra) in zip(indices, parts):
             if kind == "block":
-                whole, per_column = _block_outputs(table_rows, idx, what,
-                                                   extra)
-                if (len(layer._groups) == 1 and len(parts) == 1
-                        and [i for i, _, _ in what] == every_column):
-                    return whole
-                for index, value in per_column:
-                    outputs[index] = value
+                wholes.append(_block_outputs(table_rows, idx, what, extra))
                 continue
             (index, col), (r, b, p) = what, extra
             if sequence:
@@ -236,11 +240,17 @@ def _embed(layer, features, training, sequence: bool):
             else:
                 flat.append((index, col, idx, r, b))
         if flat:
-            whole, per_column = _flat_outputs(table_rows, flat)
-            if (len(layer._groups) == 1 and not blocks
-                    and [i for i, *_ in flat] == every_column):
-                return whole
-            for index, value in per_column:
+            wholes.append(_flat_outputs(table_rows, flat))
+        if (len(layer._groups) == 1 and wholes
+                and [i for w in wholes for i in w[0]] == every_column):
+            # The table's combined blocks already sit in column order: the
+            # layer output is them side by side (no per-column split and
+            # concat, forward or backward).
+            if len(wholes) == 1:
+                return wholes[0][1]
+            return tf.concat([w for _, w, _ in wholes], axis=1)
+        for column_indices, whole, split in wholes:
+            for index, value in zip(column_indices, split(whole)):
                 outputs[index] = value
     return outputs
 
@@ -295,23 +305,27 @@ def _widths(tensors):
 
 
 def _block_outputs(table_rows, idx, block, shape):
-    """A block's rows combined per column: ([B, C * dim], [(column index,
-    [B, dim])]). idx: the block's flat indices into table_rows, -1 at
-    padding (which reads as nothing: an all-padding mean or sum is zeros)."""
+    """A block's rows combined per column: ([column indices], [B, C * dim],
+    a function splitting it into the columns' [B, dim]). idx: the block's
+    flat indices into table_rows, -1 at padding (which reads as nothing: an
+    all-padding mean or sum is zeros)."""
     widths = _widths([t for _, _, t in block])
     whole = lookup.embed_combine(table_rows, tf.reshape(idx, shape), widths,
                                  [c.combiner for _, c, _ in block])
-    if len(block) == 1:
-        return whole, [(block[0][0], whole)]
-    pieces = tf.split(whole, len(block), axis=1, num=len(block))
-    return whole, [(index, piece) for (index, _, _), piece in zip(block,
-                                                                  pieces)]
+    return [index for index, _, _ in block], whole, _splitter(len(block))
+
+
+def _splitter(n):
+    if n == 1:
+        return lambda whole: [whole]
+    return lambda whole: tf.split(whole, n, axis=1, num=n)
 
 
 def _flat_outputs(table_rows, flat):
     """Ragged / sparse columns of one table combined in one kernel call:
-    ([B, C * dim], [(column index, [B, dim])]). Entry k of column j goes to
-    segment example * C + j, so the [B * C, dim] result is [B, C * dim]."""
+    ([column indices], [B, C * dim], its split into the columns' [B, dim]).
+    Entry k of column j goes to segment example * C + j, so the
+    [B * C, dim] result is [B, C * dim]."""
     n = len(flat)
     dim = flat[0][1].dimension
     batch = tf.cast(flat[0][4], tf.int64)
@@ -322,10 +336,7 @@ def _flat_outputs(table_rows, flat):
     out = lookup.segment_combine(table_rows, idx, segments, batch * n,
                                  [c.combiner for _, c, _, _, _ in flat])
     whole = tf.reshape(out, [-1, n * dim])
-    if n == 1:
-        return whole, [(flat[0][0], whole)]
-    pieces = tf.split(whole, n, axis=1, num=n)
-    return whole, [(index, piece) for (index, *_), piece in zip(flat, pieces)]
+    return [index for index, *_ in flat], whole, _splitter(n)
 
 
 def _check_columns(columns, layer_type: str) -> List[fc.EmbeddingColumn]:

@@ -215,7 +215,7 @@ def _embed_combine_grad(op, grad):
 def segment_combine(rows, idx, segments, num_segments, combiners):
     """[num_segments, dim]: segment s is combiners[s % C] ("sum", "mean",
     "sqrtn") of rows[idx[k]] over the entries with segments[k] == s (any
-    order). tnet's kernel (gradient: dE [U, dim] summed per row), or stock
+    order); idx -1 (padding) reads as nothing and is not counted. tnet's kernel (gradient: dE [U, dim] summed per row), or stock
     ops in a serving export."""
     codes = tf.constant([COMBINERS[c] for c in combiners], tf.int32)
     num_segments = tf.cast(num_segments, tf.int64)
@@ -224,6 +224,8 @@ def segment_combine(rows, idx, segments, num_segments, combiners):
     if not serving_active():
         return _ops.tnet_segment_combine(rows, idx, segments, num_segments,
                                          codes)
+    keep = idx >= 0  # -1: padding, read as nothing
+    idx, segments = tf.boolean_mask(idx, keep), tf.boolean_mask(segments, keep)
     total = tf.math.unsorted_segment_sum(tf.gather(rows, idx), segments,
                                          num_segments)
     if all(c == "sum" for c in combiners):
