@@ -25,6 +25,9 @@ def _summary(model_dir):
         return json.load(f)
 
 
+# make test-long: test_hosts' twin (make test-hosts, which CI runs) trains
+# the same job across hosts against the same one-process run.
+@pytest.mark.long
 def test_cluster_auc_matches_one_process(tmp_path):
     data_file("criteo/dev_head10k.tsv")
     one = subprocess.run(TRAIN + [f"--flagfile={CRITEO_CFG}",
