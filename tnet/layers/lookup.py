@@ -215,8 +215,9 @@ def _embed_combine_grad(op, grad):
 def segment_combine(rows, idx, segments, num_segments, combiners):
     """[num_segments, dim]: segment s is combiners[s % C] ("sum", "mean",
     "sqrtn") of rows[idx[k]] over the entries with segments[k] == s (any
-    order); idx -1 (padding) reads as nothing and is not counted. tnet's kernel (gradient: dE [U, dim] summed per row), or stock
-    ops in a serving export."""
+    order); idx -1 (padding) reads as nothing and is not counted. tnet's
+    kernel (gradient: dE [U, dim] summed per row), or stock ops in a
+    serving export."""
     codes = tf.constant([COMBINERS[c] for c in combiners], tf.int32)
     num_segments = tf.cast(num_segments, tf.int64)
     idx = tf.cast(idx, tf.int32)
