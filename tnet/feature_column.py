@@ -216,25 +216,10 @@ def ids_to_masked_keys(column: CategoryColumn, ids: Any,
     combine reads as nothing. The same keys and rows as `ids_to_keys`
     without the compaction (two boolean_masks per column per step).
     """
-    if isinstance(ids, tf.SparseTensor):
-        if ids.shape.rank is not None and ids.shape.rank != 2:
-            raise ValueError(f"feature {column.name!r}: a SparseTensor of ids "
-                             f"must have rank 2 [batch, ids], got rank "
-                             f"{ids.shape.rank}")
-        values = check_id_dtype(column, ids.values)
-        rows = ids.indices[:, 0]
-        batch = ids.dense_shape[0]
-    elif isinstance(ids, tf.RaggedTensor):
-        if ids.ragged_rank != 1 or (ids.shape.rank is not None
-                                    and ids.shape.rank != 2):
-            raise ValueError(f"feature {column.name!r}: a RaggedTensor of ids "
-                             f"must be [batch, (ids)], got shape {ids.shape}")
-        values = check_id_dtype(column, ids.flat_values)
-        rows = ids.value_rowids()
-        batch = ids.nrows()
-    else:
+    if not isinstance(ids, (tf.SparseTensor, tf.RaggedTensor)):
         raise TypeError(f"feature {column.name!r}: expected ragged or sparse "
                         f"ids, got {type(ids).__name__}")
+    values, rows, batch = _stored_ids(column, ids)
     return (_to_keys(column, values, salted), tf.cast(rows, tf.int64), batch,
             not_padding(values))
 
@@ -253,7 +238,9 @@ def _truncate_recent(values, rows, batch, max_length):
             tf.boolean_mask(pos - drop, keep))
 
 
-def _flatten_ids(column: CategoryColumn, ids: Any, ordered: bool = False):
+def _stored_ids(column: CategoryColumn, ids: Any, ordered: bool = False):
+    """A sparse or ragged column's stored values, their example rows and the
+    batch size, padding included; checks rank and dtype."""
     name = column.name
     if isinstance(ids, tf.SparseTensor):
         if ordered:
@@ -261,16 +248,19 @@ def _flatten_ids(column: CategoryColumn, ids: Any, ordered: bool = False):
         if ids.shape.rank is not None and ids.shape.rank != 2:
             raise ValueError(f"feature {name!r}: a SparseTensor of ids must "
                              f"have rank 2 [batch, ids], got rank {ids.shape.rank}")
-        values = check_id_dtype(column, ids.values)
-        rows = ids.indices[:, 0]
-        batch = ids.dense_shape[0]
-    elif isinstance(ids, tf.RaggedTensor):
-        if ids.ragged_rank != 1 or (ids.shape.rank is not None and ids.shape.rank != 2):
-            raise ValueError(f"feature {name!r}: a RaggedTensor of ids must be "
-                             f"[batch, (ids)], got shape {ids.shape}")
-        values = check_id_dtype(column, ids.flat_values)
-        rows = ids.value_rowids()
-        batch = ids.nrows()
+        return (check_id_dtype(column, ids.values), ids.indices[:, 0],
+                ids.dense_shape[0])
+    if ids.ragged_rank != 1 or (ids.shape.rank is not None and ids.shape.rank != 2):
+        raise ValueError(f"feature {name!r}: a RaggedTensor of ids must be "
+                         f"[batch, (ids)], got shape {ids.shape}")
+    return (check_id_dtype(column, ids.flat_values), ids.value_rowids(),
+            ids.nrows())
+
+
+def _flatten_ids(column: CategoryColumn, ids: Any, ordered: bool = False):
+    name = column.name
+    if isinstance(ids, (tf.SparseTensor, tf.RaggedTensor)):
+        values, rows, batch = _stored_ids(column, ids, ordered)
     else:
         ids = tf.convert_to_tensor(ids)
         check_id_dtype(column, ids)
