@@ -411,6 +411,55 @@ def decode_id_lists_case(draw) -> dict:
             "args": {"text": text}, "attrs": {"separator": sep}}
 
 
+LINE_TEXT = st.text(alphabet="0123456789|,-.eE+ \t\r\nx\u00e9", max_size=60) | \
+    st.sampled_from(["1\t2.5\t7\t1|2", "0\t\t\t", "\t\t\t", "", "\xff\t1\t2\t3",
+                     "1\t1e999\t9223372036854775807\t1||2", "1\t.\t-\t|"])
+
+
+@st.composite
+def decode_rows_case(draw) -> dict:
+    """TnetDecodeRows: mostly a consistent column layout over random lines."""
+    lines = draw(st.lists(LINE_TEXT, min_size=0, max_size=20))
+    shape = draw(mostly(st.just([len(lines)]),
+                        st.sampled_from([[], [1, len(lines)]]), 0.85))
+    if shape == []:
+        lines = lines[:1] or [""]
+    kinds = draw(mostly(st.lists(st.integers(0, 9), min_size=1, max_size=6),
+                        st.lists(st.sampled_from([-1, 10, 2**40]), max_size=3)))
+    seps = draw(mostly(st.just(["|"] * len(kinds)),
+                       st.lists(st.sampled_from(["", "|", "\t", "ab", "\n"]),
+                                max_size=6)))
+    pads = draw(mostly(st.just([0] * len(kinds)),
+                       st.lists(st.sampled_from(INT_VALUES), max_size=6)))
+    counts = [sum(k in (1, 2, 3, 4, 5, 6) for k in kinds), kinds.count(7),
+              kinds.count(8), kinds.count(9)]
+    counts = draw(mostly(st.just(counts), st.lists(st.integers(0, 3), min_size=4,
+                                                   max_size=4)))
+    delim = draw(mostly(st.just("\t"), st.sampled_from([",", "", "\n", "ab", "|"])))
+    text = {"dtype": "string", "shape": shape, "fill": "list", "value": lines,
+            "seed": 0}
+    return {"op": "TnetDecodeRows", "handle": None, "args": {"lines": text},
+            "attrs": {"delimiter": delim, "kinds": kinds, "separators": seps,
+                      "pads": pads, "num_floats": counts[0], "num_ints": counts[1],
+                      "num_strings": counts[2], "num_lists": counts[3]}}
+
+
+@st.composite
+def split_lines_case(draw) -> dict:
+    """TnetSplitLines: scalar carry and block (mostly), any text."""
+    def scalar(draw_text):
+        shape = draw(mostly(st.just([]), st.sampled_from([[1], [2], [0]]), 0.9))
+        n = int(np.prod(shape)) if shape else 1
+        return {"dtype": "string", "shape": shape, "fill": "list",
+                "value": [draw_text] * n, "seed": 0}
+    carry = scalar(draw(LINE_TEXT))
+    block = scalar(draw(LINE_TEXT))
+    last = {"dtype": "bool", "shape": draw(mostly(st.just([]), st.just([2]))),
+            "fill": "rand", "value": 0, "seed": draw(st.integers(0, 9))}
+    return {"op": "TnetSplitLines", "handle": None,
+            "args": {"carry": carry, "block": block, "last": last}, "attrs": {}}
+
+
 @st.composite
 def embed_combine_case(draw) -> dict:
     """TnetEmbedCombine(Grad): mostly a consistent layout."""
@@ -552,6 +601,8 @@ TARGETED = {
     "TnetSparseRuleSlots": rule_slots_case(),
     "TnetUnique": unique_case(),
     "TnetDecodeIdLists": decode_id_lists_case(),
+    "TnetDecodeRows": decode_rows_case(),
+    "TnetSplitLines": split_lines_case(),
     "TnetEmbedCombine": embed_combine_case(),
     "TnetEmbedCombineGrad": embed_combine_case(),
     "TnetSegmentCombine": segment_combine_case(),
