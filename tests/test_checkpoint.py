@@ -386,7 +386,12 @@ def test_save_memory_stays_bounded_for_2m_rows(tmp_path):
     print(f"saved {rows:,} rows, {size / 1e6:.0f} MB in {seconds:.1f}s; "
           f"peak RSS growth {growth / 1e6:.1f} MB")
     assert size >= payload
-    assert growth < 64e6, f"peak RSS grew {growth / 1e6:.0f} MB (payload {payload / 1e6:.0f} MB)"
+    # Holding the table would grow it by the payload (320 MB). The save holds
+    # one 10 MB chunk at a time, but each chunk's buffers are freed into the
+    # glibc arena of whichever TF thread ran the op, so the peak varies from
+    # run to run: 48-87 MB measured on this machine (2026-11-26).
+    assert growth < 0.3 * payload, \
+        f"peak RSS grew {growth / 1e6:.0f} MB (payload {payload / 1e6:.0f} MB)"
     assert tn.saving.read_manifest(path)["tables"]["big"]["rows"] == rows
 
     # incremental=True (here a full save, nothing before it) only marks the

@@ -65,15 +65,16 @@ def dir_bytes(path):
 
 
 # ------------------------------------------------------------ table model
-def build_table_model(dim):
+def build_table_model(dim, optimizer="adagrad"):
     col = tn.feature_column.embedding_column(
         tn.feature_column.category_column("id"), dim)
     inputs = {"id": tf_keras.Input((), dtype=tf.int64, name="id")}
     emb = tn.layers.EmbeddingFeatures([col], name="emb")(inputs)
     out = tf_keras.layers.Dense(1, name="out")(emb)
     model = tn.Model(inputs, out)
-    model.compile(tn.optimizer.Adagrad(0.05),
-                  tf_keras.losses.BinaryCrossentropy(from_logits=True))
+    opt = {"adagrad": tn.optimizer.Adagrad,
+           "rowwise_adagrad": tn.optimizer.RowwiseAdagrad}[optimizer](0.05)
+    model.compile(opt, tf_keras.losses.BinaryCrossentropy(from_logits=True))
     return model
 
 

@@ -77,6 +77,13 @@ class HashIndex {
     }
   }
 
+  // Grows (never shrinks) so that `n` entries fit without a rehash.
+  void Reserve(uint64_t n) {
+    uint64_t capacity = capacity_;
+    while (n * 4 > capacity * 3) capacity *= 2;
+    if (capacity != capacity_) Rehash(capacity);
+  }
+
   // Inserts the row of a key known to be absent.
   void Insert(uint64_t h, uint32_t row) {
     if ((size_ + 1) * 4 > capacity_ * 3) Rehash(capacity_ * 2);
@@ -150,7 +157,13 @@ class HashIndex {
     std::unique_ptr<Slot[]> old = std::move(slots_);
     const uint64_t old_capacity = capacity_;
     Reset(capacity);
+    // Old slots are read in order; their new homes are random: fetch the
+    // home of the slot 16 ahead while inserting this one.
+    constexpr uint64_t kAhead = 16;
     for (uint64_t i = 0; i < old_capacity; ++i) {
+      if (i + kAhead < old_capacity) {
+        __builtin_prefetch(&slots_[old[i + kAhead].tag & mask_], 1);
+      }
       if (old[i].row != kEmpty) InsertNoGrow(old[i].tag, old[i].row);
     }
   }
