@@ -6,13 +6,16 @@ only graph ops survive that trip (`from_generator` / `py_function` do not).
 So reading, validation, error messages and skipping are all TF ops:
 
 * Each file is read in 1 MiB blocks (`FixedLengthRecordDataset`) that one
-  op splits into lines; a `scan` carries the partial last line into the
-  next block. Every line gets a 64-bit key `file_index << 40 | line_number`
+  op (TnetSplitLines) splits into lines; a `scan` carries the partial last
+  line into the next block. Every line gets a 64-bit key `file_index << 40 | line_number`
   so that errors name the file and the 1-based line. (A per-line
   `TextLineDataset` element costs ~1.3 us; this costs ~0.3 us per line.)
 * One RE2 full match of each line against the format's row pattern decides
   good or bad. The pattern is exact (field count, label, number and hex
-  syntax, digit limits), so the decoding ops behind it cannot fail.
+  syntax, digit limits), so the decoding ops behind it cannot fail. A
+  format with `decode_lines` (the feature-spec CSV/TSV reader) does the
+  check and the decoding in one kernel, TnetDecodeRows, whose check is the
+  pattern's; its lines are rebatched to the batch size before decoding.
 * Bad lines are replaced by a known-good placeholder before decoding. Then
   either an `Assert` reports the first bad line (`bad_rows="fail"`), or the
   bad rows are dropped, their first few logged to stderr with file:line and
