@@ -208,12 +208,13 @@ def test_reads_through_both_paths_are_equal(tmp_path, bad_rows):
         path = tmp_path / f"f{i}.tsv"
         path.write_bytes(text.encode())
         names.append(str(path))
-    for block in (97, 1 << 20):
-        for drop in (False, True):
-            new, old = _both_paths(fmt, names, 64, bad_rows=bad_rows, block_bytes=block,
-                                   drop_remainder=drop, log_limit=0)
-            assert len(new) == len(old) > 3
-            _assert_same(new, old)
+    # 97-byte blocks: most lines cross a block (1 MiB blocks are every
+    # other reader test's default).
+    for drop in (False, True):
+        new, old = _both_paths(fmt, names, 64, bad_rows=bad_rows, block_bytes=97,
+                               drop_remainder=drop, log_limit=0)
+        assert len(new) == len(old) > 3
+        _assert_same(new, old)
 
 
 def test_a_bad_line_still_names_its_file_and_line(tmp_path):

@@ -152,14 +152,16 @@ bool ParseIdList(const char* p, const char* end, char sep, int64_t* out) {
     const bool negative = *p == '-';
     p += negative;
     const char* q = p;
-    int64_t v = 0;
+    uint64_t v = 0;  // unsigned: a run of more than 18 digits (refused
+                     // below) wraps instead of overflowing
     unsigned d;
     while (q < end && (d = static_cast<unsigned char>(*q) - '0') <= 9) {
       v = v * 10 + d;
       ++q;
     }
     if (q == p || q - p > 18) return false;
-    *out++ = negative ? -v : v;
+    const auto value = static_cast<int64_t>(v);
+    *out++ = negative ? -value : value;
     if (q == end) return true;
     if (*q != sep || q + 1 == end) return false;
     p = q + 1;
