@@ -23,6 +23,12 @@ Stages, each its own `tf.function`, timed in turn within every repeat
   grad     TnetEmbedCombineGrad: dE [U, 16] summed per key
   push     SparseTablePush (Adagrad, unique_keys=True)
 
+  pull_ps0, pull_ps1, push_ps0, push_ps1: what each of 2 ps runs for the
+           same batch under ParameterServerStrategy: a second table of 2
+           shards (in this process), warmed with the same batches, and the
+           pull / push kernel of one shard on its part of the unique keys
+           (the RPC and its serialization are not in it: bench_pss_bytes)
+
 The memory-bound references: tools/membound.cc (compiled here with
 g++ -O2 -march=native, all cores, software prefetch) does only the memory
 traffic of a stage, on the same sizes and the batch's own indices, once per
@@ -80,6 +86,7 @@ REFERENCE = {"pull": "ref_gather_u", "combine": "ref_gather_n",
              "grad": "ref_scatter_n", "push": "ref_rmw_u",
              "dedup": "ref_probe_n"}
 STAGES = ("keys", "dedup", "route", "pull", "combine", "grad", "push")
+PS_STAGES = ("pull_ps0", "pull_ps1", "push_ps0", "push_ps1")
 REFS = ("ref_gather_u", "ref_gather_n", "ref_scatter_n", "ref_rmw_u",
         "ref_probe_n")
 
@@ -136,6 +143,8 @@ def main(argv=None) -> int:
     widths = tf.constant([1] * len(cats) + [50] * len(multi), tf.int32)
     codes = tf.constant([lookup.COMBINERS["mean"]] * len(names), tf.int32)
     table = tn.SparseTable("stages", DIM, optimizer=tn.optimizer.Adagrad(LR))
+    table2 = tn.SparseTable("stages_2ps", DIM, optimizer=tn.optimizer.Adagrad(LR),
+                            num_shards=2)
 
     @tf.function(reduce_retracing=True)
     def keys_fn(ids):
@@ -150,7 +159,8 @@ def main(argv=None) -> int:
     def warm_fn(ids):
         keys, valid = keys_fn(ids)
         uniq, _, _ = dedup_fn(keys, valid)
-        return tf.shape(table.pull(uniq, training=True))[0]
+        return (tf.shape(table.pull(uniq, training=True))[0]
+                + tf.shape(table2.pull(uniq, training=True))[0])
 
     t0 = time.perf_counter()
     for b in range(args.warm_batches + 1):
@@ -200,6 +210,29 @@ def main(argv=None) -> int:
 
     de = grad_fn(dout)
     step = tf.Variable(1, dtype=tf.int64)
+    # Per ps: each shard's kernels on its part of the batch's unique keys.
+    route = table2.route(uniq)
+    table2.pull(uniq, training=True)
+    ps_keys = [tf.identity(k) for k in route.parts]
+    ps_grads = tf.dynamic_partition(de, route.shard, 2)
+    ps_shows = tf.dynamic_partition(shows, route.shard, 2)
+    lr_t = tf.constant(LR, tf.float32)
+    no_clicks = tf.zeros([0], tf.float32)
+
+    def ps_pull(i):
+        @tf.function
+        def fn():
+            return _ops.sparse_table_pull(table2.shards[i].resource_handle,
+                                          ps_keys[i], True, dim=DIM)
+        return fn
+
+    def ps_push(i):
+        @tf.function
+        def fn():
+            _ops.sparse_table_push(
+                table2.shards[i].resource_handle, ps_keys[i], ps_grads[i],
+                lr_t, step, ps_shows[i], no_clicks, dim=DIM, unique_keys=True)
+        return fn
 
     @tf.function
     def push_fn(de):
@@ -231,6 +264,8 @@ def main(argv=None) -> int:
         "combine": lambda: combine_fn(e),
         "grad": lambda: grad_fn(dout),
         "push": lambda: push_fn(de),
+        "pull_ps0": ps_pull(0), "pull_ps1": ps_pull(1),
+        "push_ps0": ps_push(0), "push_ps1": ps_push(1),
         "membound": run_membound,
     }
     for name, fn in cases.items():  # trace and warm
@@ -251,7 +286,7 @@ def main(argv=None) -> int:
     values.update(refs)
     ms = {k: statistics.median(v) for k, v in values.items()}
     measurements = []
-    for name in STAGES + REFS:
+    for name in STAGES + PS_STAGES + REFS:
         ref = REFERENCE.get(name)
         ratios = (bc.paired_ratios(values[name], values[ref]) if ref
                   else None)
@@ -271,7 +306,7 @@ def main(argv=None) -> int:
              "ms/batch | stage / reference |",
              "|---|---|---|---|---|---|---|"]
     for m in measurements:
-        if m.name.startswith("ref_"):
+        if m.name.startswith("ref_") or m.name in PS_STAGES:
             continue
         ref = REFERENCE.get(m.name)
         cells = [m.name, f"{ms[m.name]:.2f}", f"{m.extra['ns_per_id']:.1f}",
@@ -281,7 +316,14 @@ def main(argv=None) -> int:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"Sum of the one-process stages (keys, dedup, pull, "
               f"combine, grad, push): {sparse_ms:.1f} ms per batch, "
-              f"{sparse_ms * 1e6 / n_ids:.0f} ns per id."]
+              f"{sparse_ms * 1e6 / n_ids:.0f} ns per id.", "",
+              "Per ps (2 shards; each shard's kernel on its part of the "
+              "unique keys, no RPC):", "",
+              "| ps stage | keys | ms/batch | ns/key on that ps |", "|---|---|---|---|"]
+    for name in PS_STAGES:
+        k = int(tf.size(ps_keys[int(name[-1])]))
+        lines.append(f"| {name} | {k} | {ms[name]:.2f} | "
+                     f"{ms[name] * 1e6 / max(k, 1):.1f} |")
     md = "\n".join(lines)
     out = args.out or bc.default_out_path(
         "bench_stages" + ("-quick" if args.quick else ""))
