@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 import sys
 import zlib
 from typing import Any, Dict, List, Optional
@@ -462,8 +463,6 @@ def _row_decoder(spec: FeatureSpec, columns: List[str], fields, delim: str,
     pattern, so ok is the regex's answer by construction (and by
     tests/test_decode_rows.py, which compares both on hostile lines).
     """
-    import struct  # noqa: PLC0415
-
     first: Dict[str, Feature] = {}
     for f in spec.features:
         first.setdefault(f.column, f)

@@ -77,13 +77,6 @@ class HashIndex {
     }
   }
 
-  // Grows (never shrinks) so that `n` entries fit without a rehash.
-  void Reserve(uint64_t n) {
-    uint64_t capacity = capacity_;
-    while (n * 4 > capacity * 3) capacity *= 2;
-    if (capacity != capacity_) Rehash(capacity);
-  }
-
   // Inserts the row of a key known to be absent.
   void Insert(uint64_t h, uint32_t row) {
     if ((size_ + 1) * 4 > capacity_ * 3) Rehash(capacity_ * 2);

@@ -92,12 +92,10 @@ bool TableShard::Import(const int64_t* keys, int64_t n, const float* weights,
           if (off[si] == off[si + 1]) continue;
           Stripe* s = stripes_[si].get();
           std::lock_guard<std::mutex> lock(s->mu);
-          // Grow the index once for the whole batch (not by doubling as
-          // it fills), then probe with the slots of the next keys already
-          // on their way: a restore inserts every key of a table at a
-          // random slot, and at 200M rows waited on memory for each
-          // (BENCHMARKS.md, "Restore as fast as save").
-          s->index.Reserve(s->index.size() + (off[si + 1] - off[si]));
+          // Probe with the slots of the next keys already on their way: a
+          // restore inserts every key of a table at a random slot, and at
+          // 200M rows waited on memory for each (BENCHMARKS.md, "Restore
+          // as fast as save").
           constexpr int64_t kAhead = 16;
           for (int64_t k = off[si]; k < std::min(off[si] + kAhead, off[si + 1]); ++k) {
             __builtin_prefetch(s->index.HomeAddress(items[k].h));
