@@ -257,3 +257,47 @@ def test_segment_combine_and_gradient_match_stock(columns):
     with pytest.raises(tf.errors.InvalidArgumentError, match="segments"):
         _ops.tnet_segment_combine(rows, idx, segments + batch * columns,
                                   batch * columns, [0] * columns)
+
+
+@pytest.mark.parametrize("dtype", [tf.int64, tf.int32])
+@pytest.mark.parametrize("lengths", [[], [0], [0, 0, 3], [5, 0, 0, 1, 0],
+                                     "random"])
+def test_row_ids_equal_value_rowids(dtype, lengths):
+    if lengths == "random":
+        lengths = RNG.integers(0, 51, 4096)
+        lengths[RNG.random(4096) < 0.1] = 0
+    lengths = np.asarray(lengths, np.int64)
+    ragged = tf.RaggedTensor.from_row_lengths(
+        tf.range(int(lengths.sum()), dtype=tf.int64), tf.cast(lengths, dtype))
+    got = _ops.tnet_row_ids(ragged.row_splits)
+    assert got.dtype == tf.int64
+    np.testing.assert_array_equal(got.numpy(), ragged.value_rowids().numpy())
+
+
+@pytest.mark.parametrize("splits, message", [
+    ([], "non-empty"), ([3, 4], r"row_splits\[0\] must be 0"),
+    ([0, 4, 2], "must not decrease"), ([0, 2**40], "at most 2.31 - 1")])
+def test_row_ids_reject_bad_splits(splits, message):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        _ops.tnet_row_ids(tf.constant(splits, tf.int64))
+
+
+def test_ragged_rows_use_the_kernel_in_training_and_stock_ops_in_serving():
+    column = tn.feature_column.category_column("m", dtype=tf.int64)
+    ids = tf.ragged.constant([[3, 4], [], [5, -1, 6]], dtype=tf.int64)
+
+    def rows_and_ops():
+        graph = tf.function(
+            lambda: tn.feature_column.ids_to_masked_keys(column, ids)[1]
+        ).get_concrete_function().graph
+        return graph, {op.type for op in graph.get_operations()}
+
+    graph, types = rows_and_ops()
+    assert "TnetRowIds" in types
+    with scopes.serving_lookups({object(): None}):  # any table: serving
+        assert scopes.serving_active()
+        _, serving_types = rows_and_ops()
+    assert "TnetRowIds" not in serving_types
+    np.testing.assert_array_equal(
+        tn.feature_column.ids_to_masked_keys(column, ids)[1].numpy(),
+        [0, 0, 2, 2, 2])

@@ -106,4 +106,5 @@ tnet_embed_combine = ops.tnet_embed_combine
 tnet_embed_combine_grad = ops.tnet_embed_combine_grad
 tnet_segment_combine = ops.tnet_segment_combine
 tnet_segment_combine_grad = ops.tnet_segment_combine_grad
+tnet_row_ids = ops.tnet_row_ids
 tnet_sparse_rule_slots = ops.tnet_sparse_rule_slots

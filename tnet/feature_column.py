@@ -253,8 +253,19 @@ def _stored_ids(column: CategoryColumn, ids: Any, ordered: bool = False):
     if ids.ragged_rank != 1 or (ids.shape.rank is not None and ids.shape.rank != 2):
         raise ValueError(f"feature {name!r}: a RaggedTensor of ids must be "
                          f"[batch, (ids)], got shape {ids.shape}")
-    return (check_id_dtype(column, ids.flat_values), ids.value_rowids(),
+    return (check_id_dtype(column, ids.flat_values), _value_rowids(ids),
             ids.nrows())
+
+
+def _value_rowids(ids: tf.RaggedTensor):
+    """A ragged tensor's example row per value: tnet's one-pass kernel in
+    training (the stock value_rowids() builds a [rows, longest row] mask),
+    the stock op in a serving export (no custom op in a SavedModel)."""
+    from tnet.scopes import serving_active  # noqa: PLC0415 (light module)
+    if serving_active():
+        return ids.value_rowids()
+    from tnet import _ops  # noqa: PLC0415
+    return _ops.tnet_row_ids(ids.row_splits)
 
 
 def _flatten_ids(column: CategoryColumn, ids: Any, ordered: bool = False):

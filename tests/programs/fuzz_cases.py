@@ -531,6 +531,29 @@ def segment_combine_case(draw) -> dict:
             "args": {"rows": draw(_rows(u, d)), **args}}
 
 
+@st.composite
+def row_ids_case(draw) -> dict:
+    """TnetRowIds: mostly proper row_splits (0, then non-decreasing), else
+    decreasing, not starting at 0, huge totals, any rank or dtype."""
+    dtype = draw(st.sampled_from(["int64", "int32"]))
+    lengths = draw(st.lists(st.sampled_from([0, 0, 1, 2, 50, 4096]),
+                            max_size=300))
+    good = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).tolist()
+    bad_lists = st.sampled_from([[], [5], [0, 3, 2], [0, 2**40], [0, -1],
+                                 [-4, 0], [0, I32_MAX, I32_MAX + 1],
+                                 [0, I64_MAX]])
+    splits = draw(mostly(
+        st.just({"dtype": dtype, "shape": [len(good)], "fill": "list",
+                 "value": good, "seed": 0}),
+        st.one_of(
+            bad_lists.map(lambda v: {"dtype": "int64", "shape": [len(v)],
+                                     "fill": "list", "value": v, "seed": 0}),
+            tensor(st.sampled_from(["int64", "int32", "float32"]),
+                   st.lists(sizes, min_size=0, max_size=2)))))
+    return {"op": "TnetRowIds", "handle": None, "attrs": {},
+            "args": {"row_splits": splits}}
+
+
 NAMES = ["", "t", "x" * 300, "a/b", "bad name!", "\u00e9", "clash"]
 
 
@@ -607,6 +630,7 @@ TARGETED = {
     "TnetEmbedCombineGrad": embed_combine_case(),
     "TnetSegmentCombine": segment_combine_case(),
     "TnetSegmentCombineGrad": segment_combine_case(),
+    "TnetRowIds": row_ids_case(),
 }
 
 

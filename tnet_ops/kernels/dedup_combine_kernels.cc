@@ -706,6 +706,58 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
   }
 };
 
+// A ragged column's example rows from its row_splits in one pass (the
+// stock value_rowids() builds a [rows, longest row] mask, then compacts it).
+template <typename T>
+class TnetRowIdsOp : public tf::OpKernel {
+ public:
+  using tf::OpKernel::OpKernel;
+
+  void Compute(tf::OpKernelContext* ctx) override {
+    const tf::Tensor& splits_t = ctx->input(0);
+    OP_REQUIRES(ctx,
+                tf::TensorShapeUtils::IsVector(splits_t.shape()) &&
+                    splits_t.dim_size(0) >= 1,
+                tf::errors::InvalidArgument(
+                    "row_splits must be a non-empty vector, got shape ",
+                    splits_t.shape().DebugString()));
+    const T* s = splits_t.flat<T>().data();
+    const int64_t rows = splits_t.dim_size(0) - 1;
+    OP_REQUIRES(ctx, s[0] == 0,
+                tf::errors::InvalidArgument("row_splits[0] must be 0, got ",
+                                            static_cast<int64_t>(s[0])));
+    for (int64_t r = 0; r < rows; ++r) {
+      OP_REQUIRES(ctx, s[r + 1] >= s[r],
+                  tf::errors::InvalidArgument(
+                      "row_splits must not decrease; row_splits[", r + 1,
+                      "] = ", static_cast<int64_t>(s[r + 1]),
+                      " < row_splits[", r, "] = ", static_cast<int64_t>(s[r])));
+    }
+    const int64_t total = static_cast<int64_t>(s[rows]);
+    OP_REQUIRES(ctx, total <= std::numeric_limits<int32_t>::max(),
+                tf::errors::InvalidArgument(
+                    "row_splits[-1] = ", total,
+                    " values: at most 2^31 - 1 per batch; split the batch"));
+    tf::Tensor* out_t = nullptr;
+    OP_REQUIRES_OK(ctx,
+                   ctx->allocate_output(0, tf::TensorShape({total}), &out_t));
+    int64_t* out = out_t->flat<int64_t>().data();
+    for (int64_t r = 0; r < rows; ++r) {
+      std::fill(out + static_cast<int64_t>(s[r]),
+                out + static_cast<int64_t>(s[r + 1]), r);
+    }
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("TnetRowIds")
+                            .Device(tf::DEVICE_CPU)
+                            .TypeConstraint<int32_t>("Tsplits"),
+                        TnetRowIdsOp<int32_t>);
+REGISTER_KERNEL_BUILDER(Name("TnetRowIds")
+                            .Device(tf::DEVICE_CPU)
+                            .TypeConstraint<int64_t>("Tsplits"),
+                        TnetRowIdsOp<int64_t>);
+
 REGISTER_KERNEL_BUILDER(Name("TnetSegmentCombine").Device(tf::DEVICE_CPU),
                         TnetSegmentCombineOp);
 REGISTER_KERNEL_BUILDER(Name("TnetSegmentCombineGrad").Device(tf::DEVICE_CPU),

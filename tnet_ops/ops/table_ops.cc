@@ -502,6 +502,23 @@ entries k with segments[k] == s (any order; idx -1 skipped); [num_segments,
 dim]. With segments = example * C + column, out reshapes to [B, C * dim].
 )doc");
 
+REGISTER_OP("TnetRowIds")
+    .Input("row_splits: Tsplits")
+    .Output("row_ids: int64")
+    .Attr("Tsplits: {int32, int64} = DT_INT64")
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      ShapeHandle v;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &v));
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+The row of every value of a ragged tensor with these row_splits (what
+RaggedTensor.value_rowids() returns, as int64): row_ids[k] = r for
+row_splits[r] <= k < row_splits[r + 1]. row_splits must start at 0 and
+never decrease; the output has row_splits[-1] entries.
+)doc");
+
 REGISTER_OP("TnetSegmentCombineGrad")
     .Input("grad: float")
     .Input("idx: int32")
