@@ -40,18 +40,17 @@ namespace {
 enum Combiner : int32_t { kSum = 0, kMean = 1, kSqrtn = 2 };
 
 // An open-addressing map key -> group number (groups numbered 0, 1, ... in
-// order of insertion), with each group's key and count in flat arrays.
-// 16-byte slots, linear probing on the low bits of Mix64(key), grown at
-// half load so probes stay short. Find is read-only (threads may share
-// it); Add is not thread-safe: one map per chunk of a TnetUnique.
+// order of insertion). 16-byte slots {key, group, count}: the count lives
+// in the slot the probe already read. Linear probing on the low bits of
+// Mix64(key), grown at 5/8 load. Find is read-only (threads may share it);
+// Add is not thread-safe: one map per chunk of a TnetUnique.
 class GroupMap {
  public:
   explicit GroupMap(int64_t expected) {
+    const uint64_t want = static_cast<uint64_t>(std::max<int64_t>(expected, 1));
     uint64_t cap = 64;
-    while (cap < 2 * static_cast<uint64_t>(std::max<int64_t>(expected, 1))) {
-      cap *= 2;
-    }
-    Reset(cap);
+    while (cap * 5 < want * 8) cap *= 2;
+    Rebuild(cap);
   }
 
   // Prefetches the home slot of a key (hash h).
@@ -64,14 +63,13 @@ class GroupMap {
       Slot& slot = slots_[s];
       if (slot.group < 0) {
         const int32_t g = static_cast<int32_t>(keys_.size());
-        slot = {key, g, 0};
+        slot = {key, g, count};
         keys_.push_back(key);
-        counts_.push_back(count);
-        if (keys_.size() * 2 > capacity_) Reset(capacity_ * 2);
+        if (keys_.size() * 8 > capacity_ * 5) Rebuild(capacity_ * 2);
         return g;
       }
       if (slot.key == key) {
-        counts_[slot.group] += count;
+        slot.count += count;
         return slot.group;
       }
     }
@@ -87,26 +85,36 @@ class GroupMap {
   }
 
   int64_t size() const { return static_cast<int64_t>(keys_.size()); }
-  // Group g's key and count (in group order).
+  // The groups' keys, in group order.
   const std::vector<int64_t>& keys() const { return keys_; }
-  std::vector<float>& counts() { return counts_; }
+  // The groups' counts, in group order (one pass over the slots).
+  std::vector<float> Counts() const {
+    std::vector<float> counts(keys_.size());
+    for (const Slot& slot : slots_) {
+      if (slot.group >= 0) counts[slot.group] = slot.count;
+    }
+    return counts;
+  }
 
  private:
   struct Slot {
     int64_t key;
     int32_t group;  // -1: empty
-    int32_t pad;
+    float count;
   };
+  static_assert(sizeof(Slot) == 16, "group map slots are 16 bytes");
 
-  // Reallocates to `cap` slots and re-inserts every group.
-  void Reset(uint64_t cap) {
+  // Reallocates to `cap` slots and re-inserts every group with its count.
+  void Rebuild(uint64_t cap) {
+    std::vector<Slot> old(cap, Slot{0, -1, 0.0f});
+    old.swap(slots_);
     capacity_ = cap;
     mask_ = cap - 1;
-    slots_.assign(cap, Slot{0, -1, 0});
-    for (size_t g = 0; g < keys_.size(); ++g) {
-      uint64_t s = Mix64(static_cast<uint64_t>(keys_[g])) & mask_;
+    for (const Slot& slot : old) {
+      if (slot.group < 0) continue;
+      uint64_t s = Mix64(static_cast<uint64_t>(slot.key)) & mask_;
       while (slots_[s].group >= 0) s = (s + 1) & mask_;
-      slots_[s] = {keys_[g], static_cast<int32_t>(g), 0};
+      slots_[s] = slot;
     }
   }
 
@@ -114,24 +122,50 @@ class GroupMap {
   uint64_t capacity_ = 0;
   uint64_t mask_ = 0;
   std::vector<int64_t> keys_;
-  std::vector<float> counts_;
 };
+
+// Looks keys[b, e) up in `map`: out[i] = the key's group or -1. Hashes
+// kAhead keys ahead and prefetches their home slots.
+void FindRange(const GroupMap& map, const int64_t* keys, int64_t b, int64_t e,
+               int32_t* out) {
+  constexpr int64_t kAhead = 16;
+  uint64_t ring[kAhead];
+  auto hash_at = [&](int64_t i) {
+    const uint64_t h = Mix64(static_cast<uint64_t>(keys[i]));
+    map.Prefetch(h);
+    ring[i & (kAhead - 1)] = h;
+  };
+  for (int64_t i = b; i < std::min(e, b + kAhead); ++i) hash_at(i);
+  for (int64_t i = b; i < e; ++i) {
+    const uint64_t h = ring[i & (kAhead - 1)];
+    if (i + kAhead < e) hash_at(i + kAhead);
+    out[i] = map.Find(keys[i], h);
+  }
+}
 
 // Deduplicates keys[b, e) into `map` (groups in order of first occurrence
 // within the range), counting each key; idx[i] = its group, -1 at padding.
 void DedupRange(const int64_t* keys, const bool* valid, int64_t b, int64_t e,
                 GroupMap* map, int32_t* idx) {
-  constexpr int64_t kAhead = 32;
+  // Each key is hashed once, kAhead ids before it is added, and its home
+  // slot prefetched then; the ring holds the hashes in between.
+  constexpr int64_t kAhead = 16;
+  uint64_t ring[kAhead];
+  auto hash_at = [&](int64_t i) {
+    if (valid != nullptr && !valid[i]) return;  // padding: never probed
+    const uint64_t h = Mix64(static_cast<uint64_t>(keys[i]));
+    map->Prefetch(h);
+    ring[i & (kAhead - 1)] = h;
+  };
+  for (int64_t i = b; i < std::min(e, b + kAhead); ++i) hash_at(i);
   for (int64_t i = b; i < e; ++i) {
-    if (i + kAhead < e) {
-      map->Prefetch(Mix64(static_cast<uint64_t>(keys[i + kAhead])));
-    }
+    const uint64_t h = ring[i & (kAhead - 1)];
+    if (i + kAhead < e) hash_at(i + kAhead);
     if (valid != nullptr && !valid[i]) {
       idx[i] = -1;
       continue;
     }
-    const int64_t key = keys[i];
-    idx[i] = map->Add(key, Mix64(static_cast<uint64_t>(key)), 1.0f);
+    idx[i] = map->Add(keys[i], h, 1.0f);
   }
 }
 
@@ -241,12 +275,20 @@ class TnetUniqueOp : public tf::OpKernel {
     std::vector<std::unique_ptr<GroupMap>> maps(chunks);
     auto phase1 = [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
-        // Expect ~1/4 of a chunk's ids to be distinct; the map grows.
-        maps[c] = std::make_unique<GroupMap>((bound[c + 1] - bound[c]) / 2);
+        // Size the map for the distinct keys a chunk had last time (a
+        // smaller map stays in cache and costs less to clear), else for a
+        // quarter of its ids; it grows at half load either way.
+        const int64_t len = bound[c + 1] - bound[c];
+        const int64_t hint = seen_per_chunk_.load(std::memory_order_relaxed);
+        maps[c] = std::make_unique<GroupMap>(
+            hint > 0 ? std::min(len, hint + hint / 4) : len / 4);
         DedupRange(keys, valid, bound[c], bound[c + 1], maps[c].get(), idx);
       }
     };
     RunChunks(ctx, chunks, phase1);
+    int64_t most = 0;
+    for (const auto& m : maps) most = std::max(most, m->size());
+    seen_per_chunk_.store(most, std::memory_order_relaxed);
 
     // 2. Merge later chunks into chunk 0's map; remap[c][g] = global
     // group. The last chunk's keys are looked up in parallel (the map is
@@ -254,11 +296,12 @@ class TnetUniqueOp : public tf::OpKernel {
     // them up later. Middle chunks (more than 2 threads) insert serially.
     GroupMap& global = *maps[0];
     std::vector<std::vector<int32_t>> remap(chunks);
+    std::vector<float> head_counts;  // the global groups' counts
     std::vector<int64_t> tail_keys;  // the last chunk's new keys
     std::vector<float> tail_counts;
     for (int64_t c = 1; c < chunks; ++c) {
       const std::vector<int64_t>& ck = maps[c]->keys();
-      const std::vector<float>& cc = maps[c]->counts();
+      const std::vector<float> cc = maps[c]->Counts();
       const int64_t m = static_cast<int64_t>(ck.size());
       std::vector<int32_t>& to = remap[c];
       to.resize(m);
@@ -270,16 +313,15 @@ class TnetUniqueOp : public tf::OpKernel {
       } else {
         auto find = [&](int64_t p0, int64_t p1) {
           for (int64_t p = p0; p < p1; ++p) {
-            for (int64_t g = m * p / chunks; g < m * (p + 1) / chunks; ++g) {
-              to[g] = global.Find(ck[g], Mix64(static_cast<uint64_t>(ck[g])));
-            }
+            FindRange(global, ck.data(), m * p / chunks, m * (p + 1) / chunks,
+                      to.data());
           }
         };
         RunChunks(ctx, chunks, find);
-        std::vector<float>& counts = global.counts();
+        head_counts = global.Counts();
         for (int64_t g = 0; g < m; ++g) {
           if (to[g] >= 0) {
-            counts[to[g]] += cc[g];
+            head_counts[to[g]] += cc[g];
           } else {
             to[g] = static_cast<int32_t>(global.size() + tail_keys.size());
             tail_keys.push_back(ck[g]);
@@ -289,6 +331,7 @@ class TnetUniqueOp : public tf::OpKernel {
       }
       maps[c].reset();
     }
+    if (chunks == 1) head_counts = global.Counts();
     const int64_t head = global.size();
     const int64_t u = head + static_cast<int64_t>(tail_keys.size());
     tf::Tensor* uniq_t = nullptr;
@@ -299,7 +342,7 @@ class TnetUniqueOp : public tf::OpKernel {
     int64_t* uniq = uniq_t->flat<int64_t>().data();
     float* counts = counts_t->flat<float>().data();
     std::memcpy(uniq, global.keys().data(), sizeof(int64_t) * head);
-    std::memcpy(counts, global.counts().data(), sizeof(float) * head);
+    std::memcpy(counts, head_counts.data(), sizeof(float) * head);
     std::memcpy(uniq + head, tail_keys.data(),
                 sizeof(int64_t) * tail_keys.size());
     std::memcpy(counts + head, tail_counts.data(),
@@ -318,6 +361,10 @@ class TnetUniqueOp : public tf::OpKernel {
       RunChunks(ctx, chunks, phase3);
     }
   }
+ private:
+  // Most distinct keys in one chunk at the last call: the next call's map
+  // size (a job's batches are alike).
+  std::atomic<int64_t> seen_per_chunk_{0};
 };
 
 namespace {
