@@ -101,6 +101,24 @@ def test_bad_input_is_invalid_argument_and_changes_nothing(table, name, call,
     _expect_rejected(table, lambda: call(table), match)
 
 
+@pytest.mark.parametrize("flat", [0, 15, 16, 255, 256, 65 * DIM - 1])
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_gradient_anywhere_is_named_by_its_index(table, flat,
+                                                            value):
+    """The finiteness check scans 16 floats per step, then the tail: a bad
+    value in either part, at either end, is found and named."""
+    grads = np.full((65, DIM), 3.4e38, np.float32)  # large but finite
+    grads.flat[flat] = value  # 260 floats: 16 blocks of 16, a tail of 4
+    _expect_rejected(table, lambda: _push(table, np.arange(65), grads),
+                     rf"element {flat} \(flat index\)")
+
+
+def test_large_finite_gradients_pass_the_check(table):
+    grads = np.full((33, DIM), -3.4e38, np.float32)
+    grads[::2] = np.float32(1e-45)  # subnormal
+    _push(table, np.arange(33), grads)
+
+
 def test_overflowed_weights_round_trip_through_export_and_import(tmp_path):
     # A finite push can overflow a weight (SGD with lr 3e38): the checkpoint
     # written after it must restore exactly, inf included.

@@ -1,6 +1,7 @@
 #include "tnet_ops/kernels/table_resource.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "tensorflow/core/lib/core/threadpool.h"
 #include "tensorflow/core/lib/strings/strcat.h"
@@ -68,8 +69,22 @@ ParallelRunner MakeRunner(tf::OpKernelContext* ctx) {
 }
 
 tf::Status CheckFinite(const float* data, int64_t n, const char* what) {
-  bool bad = false;
-  for (int64_t i = 0; i < n; ++i) bad |= !std::isfinite(data[i]);
+  // A float is not finite iff its exponent bits are all ones. The scan
+  // looks at 16 floats per step with GCC vector types (the plain loop over
+  // std::isfinite stayed scalar at -O2: it cost a sixth of a push).
+  typedef uint32_t U32x4 __attribute__((vector_size(16)));
+  const U32x4 exponent = {0x7f800000u, 0x7f800000u, 0x7f800000u, 0x7f800000u};
+  U32x4 acc = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    U32x4 v[4];
+    std::memcpy(v, data + i, sizeof(v));
+    for (int j = 0; j < 4; ++j) {
+      acc |= (U32x4)((v[j] & exponent) == exponent);
+    }
+  }
+  bool bad = (acc[0] | acc[1] | acc[2] | acc[3]) != 0;
+  for (; i < n; ++i) bad |= !std::isfinite(data[i]);
   if (!bad) return tf::OkStatus();
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite(data[i])) {
