@@ -83,16 +83,26 @@ def matrix(tmp_path_factory):
                          "export": export,
                          "rows": {n: int(t.size())
                                   for n, t in model.tables().items()}}
+    # The restores (a fresh process with tnet) and the loads (a fresh
+    # process without it) are independent: they run side by side.
+    runs = []
     for jobs, cmd in ((restore_jobs, [PROGRAM, "restore"]),
                       (load_jobs, ["-c", _LOADER])):
         path = root / f"jobs-{len(cmd)}.json"
         path.write_text(json.dumps(jobs))
         env = _fresh_env() if cmd[0] == "-c" else dict(os.environ)
-        run = subprocess.run([sys.executable, *cmd, str(path)], env=env,
-                             capture_output=True, text=True, timeout=900,
-                             cwd=str(root))
-        assert run.returncode == 0, run.stderr[-4000:]
-        status = json.loads(run.stdout.strip().splitlines()[-1])
+        runs.append((jobs, cmd, subprocess.Popen(
+            [sys.executable, *cmd, str(path)], env=env, cwd=str(root),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    for jobs, cmd, proc in runs:
+        try:
+            out, err = proc.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            for _, _, p in runs:
+                p.kill()
+            raise
+        assert proc.returncode == 0, err[-4000:]
+        status = json.loads(out.strip().splitlines()[-1])
         if cmd[0] == "-c":
             assert status == {"tnet_imported": False, "served": len(jobs)}
     for case, job_r, job_l in zip(CASES, restore_jobs, load_jobs):

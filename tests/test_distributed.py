@@ -103,29 +103,33 @@ def test_ps_killed_stops_the_chief_with_the_task_named(tmp_path):
     assert code == tn.distribute.EXIT_RESTART == 138
 
 
-@pytest.mark.parametrize("tf_config,match", [
-    ("{not json", "not valid JSON"),
+@pytest.mark.parametrize("tf_config,match,command", [
+    ("{not json", "not valid JSON", "train"),
     ('{"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]}, '
-     '"task": {"type": "chief", "index": 0}}', "no 'ps' job"),
+     '"task": {"type": "chief", "index": 0}}', "no 'ps' job", "server"),
     ('{"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], '
      '"ps": ["127.0.0.1:3"]}, "task": {"type": "worker", "index": 4}}',
-     "out of range"),
+     "out of range", "train"),
     ('{"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], '
-     '"ps": "127.0.0.1:3"}, "task": {"type": "chief"}}', "list of 'host:port'"),
+     '"ps": "127.0.0.1:3"}, "task": {"type": "chief"}}', "list of 'host:port'",
+     "server"),
 ])
-def test_malformed_tf_config_is_a_clear_error(tf_config, match):
+def test_malformed_tf_config_is_a_clear_error(tf_config, match, command):
+    """The parser names every fault; each of the two entry points (the
+    training CLI, the ps server) is run on two of them (a process per case
+    and entry point cost ~12 s of make test for the same code path)."""
     with pytest.raises(tn.distribute.ClusterConfigError, match=match):
         tn.distribute.parse_tf_config(tf_config)
     env = _env()
     env["TF_CONFIG"] = tf_config
-    for cmd in (TRAIN + ["--data=synthetic"], [sys.executable, "-m", "tnet.server"]):
-        start = time.monotonic()
-        res = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True,
-                             text=True, timeout=120)
-        assert res.returncode == 2, (cmd, res.stderr[-2000:])
-        assert match in res.stderr
-        assert "Traceback" not in res.stderr
-        assert "serving at" not in res.stdout  # nothing started
+    cmd = {"train": TRAIN + ["--data=synthetic"],
+           "server": [sys.executable, "-m", "tnet.server"]}[command]
+    res = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 2, (cmd, res.stderr[-2000:])
+    assert match in res.stderr
+    assert "Traceback" not in res.stderr
+    assert "serving at" not in res.stdout  # nothing started
 
 
 def test_lost_ps_is_named_from_the_error_not_a_probe(monkeypatch):

@@ -11,6 +11,7 @@ writes the aggregated outcome counts as JSON.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import json
 import os
 import pathlib
@@ -69,7 +70,10 @@ def run_batch(seed: int, cases: int, workdir: pathlib.Path,
 def fuzz_runs(tmp_path_factory) -> list[dict]:
     workdir = tmp_path_factory.mktemp("fuzz")
     per = max(1, CASES // BATCHES)
-    runs = [run_batch(SEED + i, per, workdir) for i in range(BATCHES)]
+    # The batches are separate processes: side by side (2 cores here).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        runs = list(pool.map(lambda i: run_batch(SEED + i, per, workdir),
+                             range(BATCHES)))
     # An op drawn ~90 times that passes its checks in ~1 case of 10 still
     # misses now and then (hypothesis does not draw its branches evenly):
     # ops seen only succeeding or only rejected get one more batch of their

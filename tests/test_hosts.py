@@ -4,9 +4,11 @@ tnet.launch (--cluster, --task_prefix) with TNET_BIND=strict, training
 tests/programs/hosts_train.py. Faults are real: a host's link goes down
 (packets dropped, no reset), or a task is SIGKILLed.
 
-`make test` runs the first test (every task listens only on its own
-address, the job trains to its planned step). The fault scenarios run under
-`make test-hosts` (TNET_HOSTS_SCENARIOS=1), each repeated
+Everything here runs under `make test-hosts` (TNET_HOSTS_SCENARIOS=1),
+which CI runs after `make test` (tests/test_bind.py checks the bind shim on
+one host in `make test`): the first test (every task listens only on its
+own address, the job trains to its planned step), then the fault
+scenarios, each repeated
 TNET_HOSTS_REPEAT times (default 5: a hang in 1 of 3 runs goes unseen with
 probability (2/3)^5 = 13%, 4% at 8), except the ps kill, which starts the
 cluster twice (about 130 s a run): half as often. The AUC run is once.
@@ -122,6 +124,7 @@ def _listens_only_on_own_address(hosts, spec):
             assert hosts.connect(name, "127.0.0.1", int(port)) == "refused", name
 
 
+@scenario
 def test_across_hosts_each_task_listens_only_on_its_own_address(hosts, tmp_path):
     run = Run(hosts, tmp_path, epochs=3)
     try:
