@@ -86,23 +86,27 @@ def matrix(tmp_path_factory):
     # The restores (a fresh process with tnet) and the loads (a fresh
     # process without it) are independent: they run side by side.
     runs = []
-    for jobs, cmd in ((restore_jobs, [PROGRAM, "restore"]),
-                      (load_jobs, ["-c", _LOADER])):
-        path = root / f"jobs-{len(cmd)}.json"
+    for kind, jobs, cmd in (("restore", restore_jobs, [PROGRAM, "restore"]),
+                            ("load", load_jobs, ["-c", _LOADER])):
+        path = root / f"jobs-{kind}.json"  # both exist at once
         path.write_text(json.dumps(jobs))
         env = _fresh_env() if cmd[0] == "-c" else dict(os.environ)
-        runs.append((jobs, cmd, subprocess.Popen(
-            [sys.executable, *cmd, str(path)], env=env, cwd=str(root),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
-    for jobs, cmd, proc in runs:
+        # Output to files: a full pipe would stall one while we wait on
+        # the other.
+        out, err = root / f"{kind}.out", root / f"{kind}.err"
+        with open(out, "w") as o, open(err, "w") as e:
+            runs.append((jobs, cmd, out, err, subprocess.Popen(
+                [sys.executable, *cmd, str(path)], env=env, cwd=str(root),
+                stdout=o, stderr=e)))
+    for jobs, cmd, out, err, proc in runs:
         try:
-            out, err = proc.communicate(timeout=900)
+            proc.wait(timeout=900)
         except subprocess.TimeoutExpired:
-            for _, _, p in runs:
+            for *_, p in runs:
                 p.kill()
             raise
-        assert proc.returncode == 0, err[-4000:]
-        status = json.loads(out.strip().splitlines()[-1])
+        assert proc.returncode == 0, err.read_text()[-4000:]
+        status = json.loads(out.read_text().strip().splitlines()[-1])
         if cmd[0] == "-c":
             assert status == {"tnet_imported": False, "served": len(jobs)}
     for case, job_r, job_l in zip(CASES, restore_jobs, load_jobs):
