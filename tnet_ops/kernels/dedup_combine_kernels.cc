@@ -150,7 +150,7 @@ void DedupRange(const int64_t* keys, const bool* valid, int64_t b, int64_t e,
   // Each key is hashed once, kAhead ids before it is added, and its home
   // slot prefetched then; the ring holds the hashes in between.
   constexpr int64_t kAhead = 16;
-  uint64_t ring[kAhead];
+  uint64_t ring[kAhead] = {};  // padding leaves its entry stale: read, unused
   auto hash_at = [&](int64_t i) {
     if (valid != nullptr && !valid[i]) return;  // padding: never probed
     const uint64_t h = Mix64(static_cast<uint64_t>(keys[i]));
