@@ -124,49 +124,44 @@ class GroupMap {
   std::vector<int64_t> keys_;
 };
 
-// Looks keys[b, e) up in `map`: out[i] = the key's group or -1. Hashes
-// kAhead keys ahead and prefetches their home slots.
-void FindRange(const GroupMap& map, const int64_t* keys, int64_t b, int64_t e,
-               int32_t* out) {
+// Calls fn(i, h) for i in [b, e), h = Mix64(keys[i]), each key hashed once,
+// kAhead positions before its call, with its home slot in `map` prefetched
+// then (a ring holds the hashes in between). Padding (valid[i] false) is
+// neither hashed nor prefetched: its h is stale and must not be used.
+template <typename Fn>
+void ForEachHashed(const GroupMap& map, const int64_t* keys, const bool* valid,
+                   int64_t b, int64_t e, Fn&& fn) {
   constexpr int64_t kAhead = 16;
-  uint64_t ring[kAhead];
+  uint64_t ring[kAhead] = {};
   auto hash_at = [&](int64_t i) {
+    if (valid != nullptr && !valid[i]) return;
     const uint64_t h = Mix64(static_cast<uint64_t>(keys[i]));
     map.Prefetch(h);
     ring[i & (kAhead - 1)] = h;
   };
   for (int64_t i = b; i < std::min(e, b + kAhead); ++i) hash_at(i);
   for (int64_t i = b; i < e; ++i) {
-    const uint64_t h = ring[i & (kAhead - 1)];
+    const uint64_t h = ring[i & (kAhead - 1)];  // read before it is reused
     if (i + kAhead < e) hash_at(i + kAhead);
-    out[i] = map.Find(keys[i], h);
+    fn(i, h);
   }
+}
+
+// Looks keys[b, e) up in `map`: out[i] = the key's group or -1.
+void FindRange(const GroupMap& map, const int64_t* keys, int64_t b, int64_t e,
+               int32_t* out) {
+  ForEachHashed(map, keys, nullptr, b, e, [&](int64_t i, uint64_t h) {
+    out[i] = map.Find(keys[i], h);
+  });
 }
 
 // Deduplicates keys[b, e) into `map` (groups in order of first occurrence
 // within the range), counting each key; idx[i] = its group, -1 at padding.
 void DedupRange(const int64_t* keys, const bool* valid, int64_t b, int64_t e,
                 GroupMap* map, int32_t* idx) {
-  // Each key is hashed once, kAhead ids before it is added, and its home
-  // slot prefetched then; the ring holds the hashes in between.
-  constexpr int64_t kAhead = 16;
-  uint64_t ring[kAhead] = {};  // padding leaves its entry stale: read, unused
-  auto hash_at = [&](int64_t i) {
-    if (valid != nullptr && !valid[i]) return;  // padding: never probed
-    const uint64_t h = Mix64(static_cast<uint64_t>(keys[i]));
-    map->Prefetch(h);
-    ring[i & (kAhead - 1)] = h;
-  };
-  for (int64_t i = b; i < std::min(e, b + kAhead); ++i) hash_at(i);
-  for (int64_t i = b; i < e; ++i) {
-    const uint64_t h = ring[i & (kAhead - 1)];
-    if (i + kAhead < e) hash_at(i + kAhead);
-    if (valid != nullptr && !valid[i]) {
-      idx[i] = -1;
-      continue;
-    }
-    idx[i] = map->Add(keys[i], h, 1.0f);
-  }
+  ForEachHashed(*map, keys, valid, b, e, [&](int64_t i, uint64_t h) {
+    idx[i] = (valid != nullptr && !valid[i]) ? -1 : map->Add(keys[i], h, 1.0f);
+  });
 }
 
 // Runs fn(c, c + 1) for c in [0, chunks): chunks 1.. on the worker pool,
@@ -277,7 +272,7 @@ class TnetUniqueOp : public tf::OpKernel {
       for (int64_t c = c0; c < c1; ++c) {
         // Size the map for the distinct keys a chunk had last time (a
         // smaller map stays in cache and costs less to clear), else for a
-        // quarter of its ids; it grows at half load either way.
+        // quarter of its ids; it grows at 5/8 load either way.
         const int64_t len = bound[c + 1] - bound[c];
         const int64_t hint = seen_per_chunk_.load(std::memory_order_relaxed);
         maps[c] = std::make_unique<GroupMap>(
