@@ -259,6 +259,78 @@ def test_segment_combine_and_gradient_match_stock(columns):
                                   batch * columns, [0] * columns)
 
 
+_SPLIT_SEGMENTS = r"""
+import sys
+import tnet
+import numpy as np
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
+from tnet import _ops
+rng = np.random.default_rng(7)
+batch, cols, u = 3000, 3, 20_000
+lengths = rng.integers(0, 40, (cols, batch))
+# The layer's order (column by column, examples in order: runs of one
+# segment) and any order (a segment's entries scattered).
+seg = np.concatenate([np.repeat(np.arange(batch), lengths[j]) * cols + j
+                      for j in range(cols)])
+orders = {"layer": seg, "any": rng.permutation(seg)}
+out = {}
+for name, segs in orders.items():
+    idx = rng.integers(-1, u, segs.size).astype(np.int32)  # -1: padding
+    for dim in (1, 5, 16):
+        rows = rng.standard_normal((u, dim)).astype(np.float32)
+        grad = rng.standard_normal((batch * cols, dim)).astype(np.float32)
+        for comb in ([0, 0, 0], [1, 0, 2]):
+            key = f"{name}-{dim}-{comb[0]}"
+            out[key + "-fwd"] = _ops.tnet_segment_combine(
+                rows, idx, segs, batch * cols, comb).numpy()
+            out[key + "-grad"] = _ops.tnet_segment_combine_grad(
+                grad, idx, segs, batch * cols, comb, u).numpy()
+            # float64 reference
+            keep = idx >= 0
+            n = np.bincount(segs[keep], minlength=batch * cols)
+            f = np.ones(batch * cols)
+            kind = np.array(comb)[np.arange(batch * cols) % cols]
+            f[(kind == 1) & (n > 0)] = 1 / n[(kind == 1) & (n > 0)]
+            f[(kind == 2) & (n > 0)] = 1 / np.sqrt(n[(kind == 2) & (n > 0)])
+            want = np.zeros((batch * cols, dim))
+            np.add.at(want, segs[keep], rows[idx[keep]].astype(np.float64))
+            np.testing.assert_allclose(out[key + "-fwd"], want * f[:, None],
+                                       rtol=1e-4, atol=1e-5)
+            want_g = np.zeros((u, dim))
+            np.add.at(want_g, idx[keep],
+                      grad[segs[keep]].astype(np.float64) * f[segs[keep], None])
+            np.testing.assert_allclose(out[key + "-grad"], want_g,
+                                       rtol=1e-4, atol=1e-4)
+np.savez(sys.argv[2], **out)
+print("ok", tf.config.threading.get_intra_op_parallelism_threads())
+"""
+
+
+def test_segment_combine_is_the_same_on_any_number_of_threads(tmp_path):
+    """The segment kernels split a large batch into parts (one per thread,
+    each owning a range of output rows, its entries listed and fetched
+    ahead). On 1 and on 3 threads, in the layer's order and in any order,
+    every output equals a float64 reference and the two runs are
+    bit-identical (each row's sum is taken in entry order)."""
+    import subprocess
+    import sys
+    script = tmp_path / "split_segments.py"
+    script.write_text(_SPLIT_SEGMENTS)
+    got = []
+    for threads in (1, 3):
+        path = tmp_path / f"out{threads}.npz"
+        out = subprocess.run([sys.executable, str(script), str(threads),
+                              str(path)], capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert f"ok {threads}" in out.stdout
+        got.append(np.load(path))
+    assert len(got[0].files) == 24
+    for key in got[0].files:
+        np.testing.assert_array_equal(got[0][key], got[1][key], err_msg=key)
+
+
 @pytest.mark.parametrize("dtype", [tf.int64, tf.int32])
 @pytest.mark.parametrize("lengths", [[], [0], [0, 0, 3], [5, 0, 0, 1, 0],
                                      "random"])

@@ -206,6 +206,7 @@ inline void ScaleRow(float* dst, float f, int64_t dim) {
 template <typename Fn>
 void DispatchDim(int64_t dim, Fn&& fn) {
   switch (dim) {
+    case 1: return fn(std::integral_constant<int, 1>());
     case 4: return fn(std::integral_constant<int, 4>());
     case 8: return fn(std::integral_constant<int, 8>());
     case 16: return fn(std::integral_constant<int, 16>());
@@ -616,6 +617,11 @@ tf::Status ReadSegments(tf::OpKernelContext* ctx, int first, int64_t rows,
         " columns, got ", out->num_segments);
   }
   out->entries = idx.dim_size(0);
+  if (out->entries > std::numeric_limits<int32_t>::max()) {
+    return tf::errors::InvalidArgument(
+        "at most 2^31 - 1 ids per call, got ", out->entries,
+        ": split the batch");
+  }
   out->idx = idx.flat<int32_t>().data();
   out->seg = seg.flat<int64_t>().data();
   out->combiners = combiners.flat<int32_t>().data();
@@ -626,29 +632,77 @@ tf::Status ReadSegments(tf::OpKernelContext* ctx, int first, int64_t rows,
           " is not 0 (sum), 1 (mean) or 2 (sqrtn)");
     }
   }
-  for (int64_t k = 0; k < out->entries; ++k) {
-    if (out->idx[k] < -1 || out->idx[k] >= rows) {
-      return tf::errors::InvalidArgument("idx[", k, "] = ", out->idx[k],
-                                         " is not in [-1, ", rows, ")");
-    }
-    if (out->seg[k] < 0 || out->seg[k] >= out->num_segments) {
-      return tf::errors::InvalidArgument("segments[", k, "] = ", out->seg[k],
-                                         " is not in [0, ", out->num_segments,
-                                         ")");
-    }
-  }
   return tf::OkStatus();
 }
 
-// Per segment, the factor its sum is multiplied by.
-std::vector<float> SegmentScales(const Segments& sg) {
-  std::vector<int32_t> counts(sg.num_segments, 0);
-  for (int64_t k = 0; k < sg.entries; ++k) counts[sg.seg[k]] += sg.idx[k] >= 0;
-  std::vector<float> scale(sg.num_segments);
-  for (int64_t s = 0; s < sg.num_segments; ++s) {
-    scale[s] = Scale(sg.combiners[s % sg.columns], counts[s]);
+// How many entries ahead the segment kernels fetch the row they will read.
+constexpr int64_t kAhead = 12;
+
+// This thread's buffer of n entry numbers (kept between calls).
+int32_t* EntryList(int64_t n) {
+  thread_local std::vector<int32_t> list;
+  if (list.size() < static_cast<size_t>(n)) list.resize(n);
+  return list.data();
+}
+
+// The first bad entry, as an InvalidArgument (the slow path of ScanSegments).
+tf::Status FirstBadEntry(const Segments& sg, int64_t rows) {
+  for (int64_t k = 0; k < sg.entries; ++k) {
+    if (sg.idx[k] < -1 || sg.idx[k] >= rows) {
+      return tf::errors::InvalidArgument("idx[", k, "] = ", sg.idx[k],
+                                         " is not in [-1, ", rows, ")");
+    }
+    if (sg.seg[k] < 0 || sg.seg[k] >= sg.num_segments) {
+      return tf::errors::InvalidArgument("segments[", k, "] = ", sg.seg[k],
+                                         " is not in [0, ", sg.num_segments,
+                                         ")");
+    }
   }
-  return scale;
+  return tf::errors::Internal("no bad segment entry found");
+}
+
+// Validates every entry (idx in [-1, rows), segment in [0, num_segments))
+// and, unless every combiner is a sum, returns each segment's factor in
+// *scale (else leaves it empty: the factor is 1). One pass over the entries,
+// split over the threads, each counting its share into its own counts.
+tf::Status ScanSegments(tf::OpKernelContext* ctx, const Segments& sg,
+                        int64_t rows, std::vector<float>* scale) {
+  scale->clear();
+  bool all_sum = true;
+  for (int64_t c = 0; c < sg.columns; ++c) all_sum &= sg.combiners[c] == kSum;
+  if (sg.entries == 0) return tf::OkStatus();  // no counts: every factor is 1
+  const int64_t parts = Parts(ctx, sg.entries, sg.entries);
+  std::vector<std::vector<int32_t>> counts(all_sum ? 0 : std::max<int64_t>(parts, 1));
+  std::vector<char> bad(std::max<int64_t>(parts, 1), 0);
+  const uint64_t ns = static_cast<uint64_t>(sg.num_segments);
+  const uint64_t ids = static_cast<uint64_t>(rows) + 1;
+  RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t k0 = sg.entries * p / parts;
+      const int64_t k1 = sg.entries * (p + 1) / parts;
+      bool b = false;
+      for (int64_t k = k0; k < k1; ++k) {
+        b |= (static_cast<uint64_t>(sg.seg[k]) >= ns) |
+             (static_cast<uint64_t>(int64_t{sg.idx[k]} + 1) >= ids);
+      }
+      bad[p] = b;
+      if (b || all_sum) continue;
+      std::vector<int32_t>& n = counts[p];
+      n.assign(sg.num_segments, 0);
+      for (int64_t k = k0; k < k1; ++k) n[sg.seg[k]] += sg.idx[k] >= 0;
+    }
+  });
+  for (char b : bad) {
+    if (b) return FirstBadEntry(sg, rows);
+  }
+  if (all_sum) return tf::OkStatus();
+  scale->resize(sg.num_segments);
+  for (int64_t s = 0; s < sg.num_segments; ++s) {
+    int64_t n = 0;
+    for (const auto& part : counts) n += part[s];
+    (*scale)[s] = Scale(sg.combiners[s % sg.columns], n);
+  }
+  return tf::OkStatus();
 }
 
 }  // namespace
@@ -664,6 +718,8 @@ class TnetSegmentCombineOp : public tf::OpKernel {
                                             rows_t.shape().DebugString()));
     Segments sg;
     OP_REQUIRES_OK(ctx, ReadSegments(ctx, 1, rows_t.dim_size(0), &sg));
+    std::vector<float> scale;  // empty: every factor is 1
+    OP_REQUIRES_OK(ctx, ScanSegments(ctx, sg, rows_t.dim_size(0), &scale));
     const int64_t dim = rows_t.dim_size(1);
     tf::TensorShape shape;
     OP_REQUIRES(ctx, tf::TensorShape::BuildTensorShape({sg.num_segments, dim},
@@ -674,22 +730,51 @@ class TnetSegmentCombineOp : public tf::OpKernel {
     float* out = out_t->flat<float>().data();
     std::memset(out, 0, sizeof(float) * sg.num_segments * dim);
     if (sg.num_segments == 0 || dim == 0) return;
-    const std::vector<float> scale = SegmentScales(sg);
     const float* rows = rows_t.flat<float>().data();
     const int64_t parts =
         Parts(ctx, sg.entries * dim, sg.num_segments);
+    const float* sc = scale.empty() ? nullptr : scale.data();
+    auto factor = [sc](int64_t s) { return sc != nullptr ? sc[s] : 1.0f; };
     // Each part owns a range of segments: no two threads add into one row.
+    // It lists its entries without a branch, then adds them in entry order,
+    // fetching the rows a few entries ahead; a run of entries of one segment
+    // (the layer's order) is summed in registers and stored once.
     DispatchDim(dim, [&](auto kDim) {
     constexpr int D = decltype(kDim)::value;
     RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
+      int32_t* const mine = EntryList(sg.entries);
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t lo = sg.num_segments * p / parts;
-        const int64_t hi = sg.num_segments * (p + 1) / parts;
+        const uint64_t span =
+            static_cast<uint64_t>(sg.num_segments * (p + 1) / parts - lo);
+        int64_t n = 0;
         for (int64_t k = 0; k < sg.entries; ++k) {
-          const int64_t s = sg.seg[k];
-          if (s < lo || s >= hi || sg.idx[k] < 0) continue;
-          Axpy<D>(out + s * dim, rows + static_cast<int64_t>(sg.idx[k]) * dim,
-                  scale[s], dim);
+          mine[n] = static_cast<int32_t>(k);
+          n += (static_cast<uint64_t>(sg.seg[k] - lo) < span) &
+               (sg.idx[k] >= 0);
+        }
+        auto row_of = [&](int64_t i) {
+          return rows + static_cast<int64_t>(sg.idx[mine[i]]) * dim;
+        };
+        if constexpr (D > 0) {
+          float acc[D];
+          int64_t cur = -1;
+          for (int64_t i = 0; i < n; ++i) {
+            if (i + kAhead < n) __builtin_prefetch(row_of(i + kAhead));
+            const int64_t s = sg.seg[mine[i]];
+            if (s != cur) {
+              if (cur >= 0) std::memcpy(out + cur * D, acc, sizeof(acc));
+              std::memcpy(acc, out + s * D, sizeof(acc));
+              cur = s;
+            }
+            Axpy<D>(acc, row_of(i), factor(s), D);
+          }
+          if (cur >= 0) std::memcpy(out + cur * D, acc, sizeof(acc));
+        } else {
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t s = sg.seg[mine[i]];
+            Axpy<D>(out + s * dim, row_of(i), factor(s), dim);
+          }
         }
       }
     });
@@ -710,6 +795,8 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
                                             "got ", num_rows));
     Segments sg;
     OP_REQUIRES_OK(ctx, ReadSegments(ctx, 1, num_rows, &sg));
+    std::vector<float> scale;  // empty: every factor is 1
+    OP_REQUIRES_OK(ctx, ScanSegments(ctx, sg, num_rows, &scale));
     OP_REQUIRES(ctx,
                 tf::TensorShapeUtils::IsMatrix(grad_t.shape()) &&
                     grad_t.dim_size(0) == sg.num_segments,
@@ -726,21 +813,35 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
     float* out = out_t->flat<float>().data();
     std::memset(out, 0, sizeof(float) * num_rows * dim);
     if (num_rows == 0 || dim == 0 || sg.entries == 0) return;
-    const std::vector<float> scale = SegmentScales(sg);
     const float* grad = grad_t.flat<float>().data();
     const int64_t parts = Parts(ctx, sg.entries * dim, num_rows);
+    const float* sc = scale.empty() ? nullptr : scale.data();
+    auto factor = [sc](int64_t s) { return sc != nullptr ? sc[s] : 1.0f; };
     DispatchDim(dim, [&](auto kDim) {
     constexpr int D = decltype(kDim)::value;
     RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
+      // The entries whose row this part owns, listed without a branch (the
+      // rows are random: a skip test per entry mispredicts half the time),
+      // then added in entry order (the same sums on any number of parts).
+      int32_t* const mine = EntryList(sg.entries);
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t lo = num_rows * p / parts;
-        const int64_t hi = num_rows * (p + 1) / parts;
+        const uint32_t span =
+            static_cast<uint32_t>(num_rows * (p + 1) / parts - lo);
+        int64_t n = 0;
         for (int64_t k = 0; k < sg.entries; ++k) {
-          const int32_t r = sg.idx[k];
-          if (r < lo || r >= hi) continue;
+          mine[n] = static_cast<int32_t>(k);
+          n += static_cast<uint32_t>(sg.idx[k] - lo) < span;
+        }
+        for (int64_t i = 0; i < n; ++i) {
+          if (i + kAhead < n) {
+            __builtin_prefetch(
+                out + static_cast<int64_t>(sg.idx[mine[i + kAhead]]) * dim, 1);
+          }
+          const int64_t k = mine[i];
           const int64_t s = sg.seg[k];
-          Axpy<D>(out + static_cast<int64_t>(r) * dim, grad + s * dim,
-                  scale[s], dim);
+          Axpy<D>(out + static_cast<int64_t>(sg.idx[k]) * dim, grad + s * dim,
+                  factor(s), dim);
         }
       }
     });
