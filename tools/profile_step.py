@@ -2,6 +2,10 @@
 
     python tools/profile_step.py --steps 15 --trace /tmp/trace_a
     python tools/profile_step.py --parse before=/tmp/trace_a after=/tmp/trace_b
+    PYTHONPATH=CHECKOUT python tools/profile_step.py --no_trace --blocks 3
+
+The third only times untraced steps (--blocks timings of --steps steps):
+run it at two checkouts in turn for an A/B of the whole step.
 
 The first form builds the SPARSE-HEAVY tnet model of tools/_sparse_heavy.py
 on synthetic batches (M1..M4 as RaggedTensor, as bench_train), times
@@ -101,7 +105,7 @@ def report(pairs):
     print("| step wall (min / median) | " + " | ".join(f"{min(res[l][1]):.1f} / {statistics.median(res[l][1]):.1f}" for l in labels) + " |")
 
 
-def trace(steps, examples, trace_dir):
+def trace(steps, examples, trace_dir, blocks=1):
     import tnet  # noqa: F401,PLC0415  (before TensorFlow)
     import tensorflow as tf  # noqa: PLC0415
     from tnet.data.synthetic import SyntheticCriteo  # noqa: PLC0415
@@ -123,9 +127,12 @@ def trace(steps, examples, trace_dir):
                 (time.process_time() - c0) / n * 1e3)
 
     timed(5)  # trace, create the frequent rows
-    wall, cpu = timed(steps)
-    print(f"untraced: {wall:.1f} ms wall/step, {cpu:.1f} ms CPU/step, "
-          f"{4096 / wall * 1e3:.0f} examples/s")
+    for _ in range(blocks):
+        wall, cpu = timed(steps)
+        print(f"untraced: {wall:.1f} ms wall/step, {cpu:.1f} ms CPU/step, "
+              f"{4096 / wall * 1e3:.0f} examples/s", flush=True)
+    if trace_dir is None:
+        return
     shutil.rmtree(trace_dir, ignore_errors=True)
     tf.profiler.experimental.start(trace_dir)
     wall, cpu = timed(steps)
@@ -139,11 +146,18 @@ def main():
     p.add_argument("--examples", type=int, default=4096 * 16)
     p.add_argument("--trace", default="/tmp/tnet_profile_step")
     p.add_argument("--parse", nargs="+", metavar="LABEL=DIR")
+    p.add_argument("--no_trace", action="store_true",
+                   help="only the untraced timing (for alternating A/B runs)")
+    p.add_argument("--blocks", type=int, default=1,
+                   help="untraced timings of --steps steps each")
     args = p.parse_args()
     if args.parse:
         report([a.split("=", 1) for a in args.parse])
         return 0
-    trace(args.steps, args.examples, args.trace)
+    trace(args.steps, args.examples, None if args.no_trace else args.trace,
+          args.blocks)
+    if args.no_trace:
+        return 0
     report([("this commit", args.trace)])
     return 0
 
