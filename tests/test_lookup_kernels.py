@@ -259,7 +259,7 @@ def test_segment_combine_and_gradient_match_stock(columns):
                                   batch * columns, [0] * columns)
 
 
-_SPLIT_SEGMENTS = r"""
+_SPLIT_COMBINES = r"""
 import sys
 import tnet
 import numpy as np
@@ -302,21 +302,53 @@ for name, segs in orders.items():
                       grad[segs[keep]].astype(np.float64) * f[segs[keep], None])
             np.testing.assert_allclose(out[key + "-grad"], want_g,
                                        rtol=1e-4, atol=1e-4)
+# A dense block: columns of widths 1, 3, 1, 5 side by side, -1 padding.
+widths = [1, 3, 1, 5]
+starts = np.cumsum([0] + widths)
+idx = rng.integers(-1, u, (20_000, sum(widths))).astype(np.int32)
+for dim in (1, 16):
+    rows = rng.standard_normal((u, dim)).astype(np.float32)
+    grad = rng.standard_normal((len(idx), len(widths) * dim)).astype(np.float32)
+    for comb in ([0, 0, 0, 0], [1, 2, 0, 1]):
+        key = f"block-{dim}-{comb[0]}"
+        out[key + "-fwd"] = _ops.tnet_embed_combine(rows, idx, widths,
+                                                    comb).numpy()
+        out[key + "-grad"] = _ops.tnet_embed_combine_grad(
+            grad, idx, widths, comb, u).numpy()
+        want = np.zeros((len(idx), len(widths) * dim))
+        want_g = np.zeros((u, dim))
+        for c, kind in enumerate(comb):
+            part = idx[:, starts[c]:starts[c + 1]]
+            n = (part >= 0).sum(1)
+            f = np.ones(len(idx))
+            if kind:
+                f[n > 0] = 1 / (n[n > 0] if kind == 1 else np.sqrt(n[n > 0]))
+            g = grad[:, c * dim:(c + 1) * dim].astype(np.float64) * f[:, None]
+            for j in range(part.shape[1]):
+                keep = part[:, j] >= 0
+                want[keep, c * dim:(c + 1) * dim] += rows[part[keep, j]]
+                np.add.at(want_g, part[keep, j], g[keep])
+            want[:, c * dim:(c + 1) * dim] *= f[:, None]
+        np.testing.assert_allclose(out[key + "-fwd"], want, rtol=1e-4,
+                                   atol=1e-5)
+        np.testing.assert_allclose(out[key + "-grad"], want_g, rtol=1e-4,
+                                   atol=1e-4)
 np.savez(sys.argv[2], **out)
 print("ok", tf.config.threading.get_intra_op_parallelism_threads())
 """
 
 
-def test_segment_combine_is_the_same_on_any_number_of_threads(tmp_path):
-    """The segment kernels split a large batch into parts (one per thread,
+def test_combines_are_the_same_on_any_number_of_threads(tmp_path):
+    """The combine kernels split a large batch into parts (one per thread,
     each owning a range of output rows, its entries listed and fetched
-    ahead). On 1 and on 3 threads, in the layer's order and in any order,
-    every output equals a float64 reference and the two runs are
-    bit-identical (each row's sum is taken in entry order)."""
+    ahead). On 1 and on 3 threads, for ragged segments in the layer's order
+    and in any order and for a dense block of mixed widths, every output
+    equals a float64 reference and the two runs are bit-identical (each
+    row's sum is taken in entry order)."""
     import subprocess
     import sys
-    script = tmp_path / "split_segments.py"
-    script.write_text(_SPLIT_SEGMENTS)
+    script = tmp_path / "split_combines.py"
+    script.write_text(_SPLIT_COMBINES)
     got = []
     for threads in (1, 3):
         path = tmp_path / f"out{threads}.npz"
@@ -326,7 +358,7 @@ def test_segment_combine_is_the_same_on_any_number_of_threads(tmp_path):
         assert out.returncode == 0, out.stderr[-3000:]
         assert f"ok {threads}" in out.stdout
         got.append(np.load(path))
-    assert len(got[0].files) == 24
+    assert len(got[0].files) == 32
     for key in got[0].files:
         np.testing.assert_array_equal(got[0][key], got[1][key], err_msg=key)
 

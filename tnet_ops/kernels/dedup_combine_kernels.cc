@@ -419,6 +419,10 @@ tf::Status ReadLayout(tf::OpKernelContext* ctx, int idx_input, int64_t rows,
   out->idx = idx.flat<int32_t>().data();
   out->combiners = comb;
   const int64_t total = out->batch * out->width;
+  if (total > std::numeric_limits<int32_t>::max() / 2) {
+    return tf::errors::InvalidArgument(
+        "at most 2^30 - 1 ids per call, got ", total, ": split the batch");
+  }
   for (int64_t i = 0; i < total; ++i) {
     const int32_t r = out->idx[i];
     if (r < -1 || r >= rows) {
@@ -428,6 +432,16 @@ tf::Status ReadLayout(tf::OpKernelContext* ctx, int idx_input, int64_t rows,
     }
   }
   return tf::OkStatus();
+}
+
+// How many entries ahead the combine kernels fetch the row they will read.
+constexpr int64_t kAhead = 12;
+
+// This thread's buffer of n entry numbers (kept between calls).
+int32_t* EntryList(int64_t n) {
+  thread_local std::vector<int32_t> list;
+  if (list.size() < static_cast<size_t>(n)) list.resize(n);
+  return list.data();
 }
 
 // How many parts (threads) a scatter over `work` entries is split into,
@@ -478,6 +492,12 @@ class TnetEmbedCombineOp : public tf::OpKernel {
       auto work = [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
           const int32_t* ib = lay.idx + b * lay.width;
+          if (b + 1 < b1) {  // the next example's rows, while this one adds
+            for (int64_t j = 0; j < lay.width; ++j) {
+              const int32_t r = ib[lay.width + j];
+              if (r >= 0) __builtin_prefetch(rows + static_cast<int64_t>(r) * dim);
+            }
+          }
           for (int64_t c = 0; c < lay.columns; ++c) {
             float* dst = out + (b * lay.columns + c) * dim;
             std::memset(dst, 0, sizeof(float) * dim);
@@ -532,38 +552,68 @@ class TnetEmbedCombineGradOp : public tf::OpKernel {
     std::memset(out, 0, sizeof(float) * num_rows * dim);
     if (lay.batch == 0 || dim == 0 || num_rows == 0) return;
     const float* grad = grad_t.flat<float>().data();
-    // Each part owns a range of output rows and scans every id, so no two
-    // threads add into one row (deterministic sums, no atomics).
+    // Each part owns a range of output rows, so no two threads add into one
+    // row (deterministic sums, no atomics, the same on any number of parts):
+    // it lists the ids it owns without a branch (the rows are random: a test
+    // per id mispredicts half the time), then adds them in id order,
+    // fetching rows ahead. Factors other than 1 (a mean or sqrtn over more
+    // than one id) are computed first, per example and column.
+    const int64_t groups = lay.batch * lay.columns;
+    std::vector<float> scale;
+    bool scaled = false;
+    for (int64_t c = 0; c < lay.columns; ++c) {
+      scaled |= lay.combiners[c] != kSum && lay.start[c + 1] - lay.start[c] > 1;
+    }
+    if (scaled) {
+      scale.resize(groups);
+      MakeRunner(ctx)(lay.batch, lay.width + lay.columns,
+                      [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+          const int32_t* ib = lay.idx + b * lay.width;
+          for (int64_t c = 0; c < lay.columns; ++c) {
+            int64_t count = 0;
+            for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {
+              count += ib[j] >= 0;
+            }
+            scale[b * lay.columns + c] = Scale(lay.combiners[c], count);
+          }
+        }
+      });
+    }
+    const float* sc = scaled ? scale.data() : nullptr;
     const int64_t parts = Parts(ctx, lay.batch * lay.width, num_rows);
     DispatchDim(dim, [&](auto kDim) {
     constexpr int D = decltype(kDim)::value;
-    auto work = [&](int64_t p0, int64_t p1) {
+    RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
+      int32_t* const mine = EntryList(2 * lay.batch * lay.width);
+      int32_t* const group = mine + lay.batch * lay.width;
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t lo = num_rows * p / parts;
-        const int64_t hi = num_rows * (p + 1) / parts;
+        const uint32_t span =
+            static_cast<uint32_t>(num_rows * (p + 1) / parts - lo);
+        int64_t n = 0;
         for (int64_t b = 0; b < lay.batch; ++b) {
-          const int32_t* ib = lay.idx + b * lay.width;
+          const int64_t i0 = b * lay.width;
           for (int64_t c = 0; c < lay.columns; ++c) {
-            const int64_t j0 = lay.start[c], j1 = lay.start[c + 1];
-            int64_t count = 0;
-            bool mine = false;
-            for (int64_t j = j0; j < j1; ++j) {
-              count += ib[j] >= 0;
-              mine |= ib[j] >= lo && ib[j] < hi;
-            }
-            if (!mine) continue;
-            const float s = Scale(lay.combiners[c], count);
-            const float* g = grad + (b * lay.columns + c) * dim;
-            for (int64_t j = j0; j < j1; ++j) {
-              const int32_t r = ib[j];
-              if (r < lo || r >= hi) continue;
-              Axpy<D>(out + static_cast<int64_t>(r) * dim, g, s, dim);
+            const int32_t g = static_cast<int32_t>(b * lay.columns + c);
+            for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {
+              mine[n] = static_cast<int32_t>(i0 + j);
+              group[n] = g;
+              n += static_cast<uint32_t>(lay.idx[i0 + j] - lo) < span;
             }
           }
         }
+        for (int64_t t = 0; t < n; ++t) {
+          if (t + kAhead < n) {
+            __builtin_prefetch(
+                out + static_cast<int64_t>(lay.idx[mine[t + kAhead]]) * dim, 1);
+          }
+          const int64_t g = group[t];
+          Axpy<D>(out + static_cast<int64_t>(lay.idx[mine[t]]) * dim,
+                  grad + g * dim, sc != nullptr ? sc[g] : 1.0f, dim);
+        }
       }
-    };
-    RunChunks(ctx, parts, work);
+    });
     });
   }
 };
@@ -633,16 +683,6 @@ tf::Status ReadSegments(tf::OpKernelContext* ctx, int first, int64_t rows,
     }
   }
   return tf::OkStatus();
-}
-
-// How many entries ahead the segment kernels fetch the row they will read.
-constexpr int64_t kAhead = 12;
-
-// This thread's buffer of n entry numbers (kept between calls).
-int32_t* EntryList(int64_t n) {
-  thread_local std::vector<int32_t> list;
-  if (list.size() < static_cast<size_t>(n)) list.resize(n);
-  return list.data();
 }
 
 // The first bad entry, as an InvalidArgument (the slow path of ScanSegments).
