@@ -390,3 +390,42 @@ def test_push_over_the_pulls_route_equals_a_push_of_the_keys(num_shards):
     b.push(keys, grads, step=1, shows=shows, unique_keys=True)
     np.testing.assert_array_equal(a.pull(keys).numpy(), b.pull(keys).numpy())
     assert not np.array_equal(a.pull(keys).numpy(), batch.rows.numpy())
+
+
+@pytest.mark.parametrize("between", ["permuted", "other_keys", "none"])
+def test_push_after_a_pull_of_other_keys_updates_the_right_rows(between):
+    """A shard keeps its last training pull's grouping of the keys by
+    stripe for the push of the same keys. A push whose keys are the same
+    length but not the same (another worker's pull came between, the same
+    keys in another order, other keys) must group its own keys: the rows
+    after it equal those of a twin table whose push groups from scratch."""
+    rng = np.random.default_rng(11)
+    keys = np.unique(rng.integers(-10**6, 10**6, 3000))
+    rng.shuffle(keys)
+    other = {"permuted": rng.permutation(keys),
+             "other_keys": np.unique(rng.integers(2 * 10**6, 3 * 10**6,
+                                                  len(keys) * 2))[:len(keys)],
+             "none": None}[between]
+    grads = rng.normal(0, 0.1, (len(keys), 8)).astype(np.float32)
+    shows = rng.integers(1, 4, len(keys)).astype(np.float32)
+    tables = [tn.SparseTable(f"kept_{between}_{i}", 8, seed=3,
+                             optimizer=tn.optimizer.Adagrad(0.1))
+              for i in range(2)]
+    for t in tables:
+        t.pull(keys, training=True)
+        if other is not None:
+            t.pull(other, training=True)
+    before = tables[0].pull(keys).numpy()
+    # Table 1 pushes the keys in reverse order: no kept grouping matches, it
+    # groups from scratch every time.
+    for step in (1, 2):
+        tables[0].push(keys, grads * step, learning_rate=0.1, step=step,
+                       shows=shows, unique_keys=True)
+        tables[1].push(keys[::-1].copy(), (grads * step)[::-1].copy(),
+                       learning_rate=0.1, step=step, shows=shows[::-1].copy(),
+                       unique_keys=True)
+        tables[0].pull(keys, training=True)  # keep a grouping again
+        tables[1].pull(keys, training=True)
+    after = tables[0].pull(keys).numpy()
+    np.testing.assert_array_equal(after, tables[1].pull(keys).numpy())
+    assert not np.array_equal(after, before)

@@ -419,6 +419,31 @@ void TableShard::GroupByStripe(const int64_t* keys, int64_t n,
   else scatter(0, 1);
 }
 
+void TableShard::KeepGrouping(std::vector<Item>* items,
+                              std::vector<int64_t>* offsets) {
+  std::lock_guard<std::mutex> lock(grouping_mu_);
+  kept_items_.swap(*items);
+  kept_offsets_.swap(*offsets);
+}
+
+bool TableShard::TakeGrouping(const int64_t* keys, int64_t n,
+                              std::vector<Item>* items,
+                              std::vector<int64_t>* offsets) {
+  {
+    std::lock_guard<std::mutex> lock(grouping_mu_);
+    if (n == 0 || static_cast<int64_t>(kept_items_.size()) != n) return false;
+    items->swap(kept_items_);
+    offsets->swap(kept_offsets_);
+    kept_items_.clear();
+    kept_offsets_.clear();
+  }
+  // The items are a grouping of n positions; it is this batch's when the
+  // key at every item's position is the item's key.
+  bool same = true;
+  for (const Item& x : *items) same &= keys[x.i] == x.key;
+  return same;
+}
+
 namespace {
 
 // Software-pipeline distance (keys) of the batched loops: the index slot of
@@ -509,6 +534,7 @@ bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
         }
         if (!ok) all_ok = false;
       });
+  if (training) KeepGrouping(&items, &off);
   return all_ok;
 }
 
@@ -519,7 +545,9 @@ bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
                                const ParallelRunner& run) {
   std::vector<Item> items;
   std::vector<int64_t> off;
-  GroupByStripe(keys, n, run, &items, &off);
+  if (!TakeGrouping(keys, n, &items, &off)) {
+    GroupByStripe(keys, n, run, &items, &off);
+  }
   const int dim = config_.dim;
   const OptimizerConfig& oc = config_.optimizer;
   std::atomic<bool> all_ok{true};

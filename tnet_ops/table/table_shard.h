@@ -285,6 +285,17 @@ class TableShard {
   void GroupByStripe(const int64_t* keys, int64_t n, const ParallelRunner& run,
                      std::vector<Item>* items,
                      std::vector<int64_t>* offsets) const;
+  // The last training pull's grouping, kept for the push of the same keys
+  // (a step pushes exactly the unique keys it pulled, in the same order):
+  // Push takes it when every item's key is the key at its position in the
+  // push's batch, else it groups again (another worker's pull came between,
+  // or the keys differ). One batch at most is kept.
+  void KeepGrouping(std::vector<Item>* items, std::vector<int64_t>* offsets);
+  bool TakeGrouping(const int64_t* keys, int64_t n, std::vector<Item>* items,
+                    std::vector<int64_t>* offsets);
+  std::mutex grouping_mu_;
+  std::vector<Item> kept_items_;
+  std::vector<int64_t> kept_offsets_;
 
   // Prefetches bytes [0, bytes) of a row (for reading, or for writing when
   // kWrite). Careful: GCC does not count __builtin_prefetch as a side
