@@ -437,10 +437,15 @@ tf::Status ReadLayout(tf::OpKernelContext* ctx, int idx_input, int64_t rows,
 // How many entries ahead the combine kernels fetch the row they will read.
 constexpr int64_t kAhead = 12;
 
-// This thread's buffer of n entry numbers (kept between calls).
+// This thread's buffer of n entry numbers, kept between calls; after one
+// very large batch, the next call of ordinary size gives the memory back.
 int32_t* EntryList(int64_t n) {
   thread_local std::vector<int32_t> list;
-  if (list.size() < static_cast<size_t>(n)) list.resize(n);
+  const size_t want = static_cast<size_t>(n);
+  if (list.size() < want ||
+      list.size() > std::max<size_t>(4 * want, size_t{1} << 22)) {
+    std::vector<int32_t>(want).swap(list);
+  }
   return list.data();
 }
 
