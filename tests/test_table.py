@@ -429,3 +429,52 @@ def test_push_after_a_pull_of_other_keys_updates_the_right_rows(between):
     after = tables[0].pull(keys).numpy()
     np.testing.assert_array_equal(after, tables[1].pull(keys).numpy())
     assert not np.array_equal(after, before)
+
+
+@pytest.mark.parametrize("between", ["evicted", "evicted_then_reused",
+                                     "compacted", "compacted_then_reused"])
+def test_push_after_its_pull_finds_rows_freed_or_moved_between(between):
+    """A training pull keeps the row id of every key it found for the push
+    of the same keys, which then skips the index. Rows freed, reused by
+    other keys or moved between that pull and its push must not take the
+    gradient of a key they no longer hold: the table after the push equals
+    a twin's whose push looks every key up (its keys in another order, so
+    nothing kept matches)."""
+    rng = np.random.default_rng(12)
+    keys = np.unique(rng.integers(-10**6, 10**6, 4000))
+    rng.shuffle(keys)
+    old, new = keys[:1500], keys[1500:]
+    extra = np.unique(rng.integers(2 * 10**6, 3 * 10**6, 1200))
+    grads = rng.normal(0, 0.1, (len(keys), 8)).astype(np.float32)
+    tables = [tn.SparseTable(f"hint_{between}_{i}", 8, seed=5,
+                             optimizer=tn.optimizer.Adagrad(0.1))
+              for i in range(2)]
+    for t in tables:
+        t.pull(old, training=True)
+        t.push(old, grads[:1500], learning_rate=0.1, step=1, unique_keys=True)
+        t.pull(new, training=True)
+        t.push(new, grads[1500:], learning_rate=0.1, step=5, unique_keys=True)
+        t.pull(keys, training=True)  # the pull whose row ids are kept
+        # Frees the rows of `old` (last step 1) but none of `new` (5).
+        assert int(t.evict(ttl_steps=2, current_step=6,
+                           compact=between.startswith("compacted"))) == 1500
+        if between.endswith("reused"):  # other keys take the freed ids
+            t.import_rows(extra, np.full((len(extra), 8), 0.5, np.float32),
+                          np.full((len(extra), 8), 0.25, np.float32),
+                          np.tile([[2.0, 1.0, 6.0]], (len(extra), 1)))
+    tables[0].push(keys, grads, learning_rate=0.1, step=7, unique_keys=True)
+    tables[1].push(keys[::-1].copy(), grads[::-1].copy(), learning_rate=0.1,
+                   step=7, unique_keys=True)
+    every = np.concatenate([keys, extra])
+    assert int(tables[0].size()) == int(tables[1].size())
+    for a, b in zip(tables[0].export(), tables[1].export()):
+        a, b = a.numpy(), b.numpy()
+        assert a.shape == b.shape
+    got, want = (t.pull(every).numpy() for t in tables)
+    np.testing.assert_array_equal(got, want)
+    ka, _, sa, ma = tables[0].export()
+    kb, _, sb, mb = tables[1].export()
+    oa, ob = np.argsort(ka.numpy()), np.argsort(kb.numpy())
+    np.testing.assert_array_equal(ka.numpy()[oa], kb.numpy()[ob])
+    np.testing.assert_array_equal(sa.numpy()[oa], sb.numpy()[ob])
+    np.testing.assert_array_equal(ma.numpy()[oa], mb.numpy()[ob])

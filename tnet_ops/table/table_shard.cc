@@ -241,15 +241,17 @@ void TableShard::InitRow(char* row, int64_t key) {
 }
 
 char* TableShard::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
-                                bool* inserted, bool init) {
+                                bool* inserted, bool init, uint32_t* id_out) {
   const RowArena& arena = s->arena;
   uint32_t id = s->index.Find(
       key, h, [&arena](uint32_t r) { return KeyOf(arena.Row(r)); });
+  if (id_out != nullptr) *id_out = id;
   if (id != HashIndex::kNotFound) return s->arena.Row(id);
   if (!s->arena.Allocate(&id)) {
     *ok = false;
     return nullptr;
   }
+  if (id_out != nullptr) *id_out = id;
   char* row = s->arena.Row(id);
   if (init) {
     InitRow(row, key);
@@ -419,29 +421,39 @@ void TableShard::GroupByStripe(const int64_t* keys, int64_t n,
   else scatter(0, 1);
 }
 
-void TableShard::KeepGrouping(std::vector<Item>* items,
-                              std::vector<int64_t>* offsets) {
+void TableShard::KeepGrouping(const int64_t* keys, int64_t n,
+                              std::vector<Item>* items,
+                              std::vector<int64_t>* offsets,
+                              std::vector<uint32_t>* rows) {
   std::lock_guard<std::mutex> lock(grouping_mu_);
+  kept_keys_.assign(keys, keys + n);
   kept_items_.swap(*items);
   kept_offsets_.swap(*offsets);
+  kept_rows_.swap(*rows);
 }
 
 bool TableShard::TakeGrouping(const int64_t* keys, int64_t n,
                               std::vector<Item>* items,
-                              std::vector<int64_t>* offsets) {
-  {
-    std::lock_guard<std::mutex> lock(grouping_mu_);
-    if (n == 0 || static_cast<int64_t>(kept_items_.size()) != n) return false;
-    items->swap(kept_items_);
-    offsets->swap(kept_offsets_);
-    kept_items_.clear();
-    kept_offsets_.clear();
+                              std::vector<int64_t>* offsets,
+                              std::vector<uint32_t>* rows) {
+  std::lock_guard<std::mutex> lock(grouping_mu_);
+  // The items group the pulled keys by position: they group this batch
+  // when its keys are the pulled keys, position by position (one
+  // sequential compare, not a random read per item).
+  if (n == 0 || static_cast<int64_t>(kept_keys_.size()) != n ||
+      static_cast<int64_t>(kept_items_.size()) != n ||
+      std::memcmp(keys, kept_keys_.data(), sizeof(int64_t) * n) != 0) {
+    return false;
   }
-  // The items are a grouping of n positions; it is this batch's when the
-  // key at every item's position is the item's key.
-  bool same = true;
-  for (const Item& x : *items) same &= keys[x.i] == x.key;
-  return same;
+  items->swap(kept_items_);
+  offsets->swap(kept_offsets_);
+  rows->swap(kept_rows_);
+  kept_keys_.clear();
+  kept_items_.clear();
+  kept_offsets_.clear();
+  kept_rows_.clear();
+  if (static_cast<int64_t>(rows->size()) != n) rows->clear();
+  return true;
 }
 
 namespace {
@@ -464,6 +476,9 @@ bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
   std::vector<Item> items;
   std::vector<int64_t> off;
   GroupByStripe(keys, n, run, &items, &off);
+  // A training pull records each item's row id for the push (KeepGrouping).
+  std::vector<uint32_t> ids;
+  if (training) ids.resize(n);
   const int dim = config_.dim;
   const size_t read_bytes = sizeof(int64_t) + sizeof(float) * dim;
   std::atomic<bool> all_ok{true};
@@ -503,21 +518,24 @@ bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
             float* dst = out + x.i * dim;
             const uint32_t c = ring[k & (kRing - 1)];
             char* row = nullptr;
+            uint32_t id = c;
             if (c != HashIndex::kNotFound && KeyOf(arena.Row(c)) == x.key) {
               row = arena.Row(c);
             } else if (training && !admission()) {
               bool inserted = false;
-              row = FindOrInsert(s, x.key, x.h, &ok, &inserted);
+              row = FindOrInsert(s, x.key, x.h, &ok, &inserted, true, &id);
               if (inserted) {
                 admitted_.fetch_add(1, std::memory_order_relaxed);
                 BumpMaxStamp(MetaOf(row).last_step);
               }
+              if (row == nullptr) id = HashIndex::kNotFound;
             } else {
-              const uint32_t id = s->index.Find(
+              id = s->index.Find(
                   x.key, x.h,
                   [&arena](uint32_t r) { return KeyOf(arena.Row(r)); });
               if (id != HashIndex::kNotFound) row = arena.Row(id);
             }
+            if (training) ids[off[si] + k] = id;
             if (row != nullptr) {
               std::memcpy(dst, WeightsOf(row), sizeof(float) * dim);
             } else {
@@ -534,7 +552,7 @@ bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
         }
         if (!ok) all_ok = false;
       });
-  if (training) KeepGrouping(&items, &off);
+  if (training) KeepGrouping(keys, n, &items, &off, &ids);
   return all_ok;
 }
 
@@ -545,9 +563,12 @@ bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
                                const ParallelRunner& run) {
   std::vector<Item> items;
   std::vector<int64_t> off;
-  if (!TakeGrouping(keys, n, &items, &off)) {
+  std::vector<uint32_t> pulled;  // the pull's row id per item, or empty
+  if (!TakeGrouping(keys, n, &items, &off, &pulled)) {
+    pulled.clear();
     GroupByStripe(keys, n, run, &items, &off);
   }
+  const uint32_t* hint = pulled.empty() ? nullptr : pulled.data();
   const int dim = config_.dim;
   const OptimizerConfig& oc = config_.optimizer;
   std::atomic<bool> all_ok{true};
@@ -621,15 +642,26 @@ bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
             }
           }
           constexpr int64_t D = kPrefetchDistance;
+          // The pull's row ids, where kept, stand in for the index probe
+          // (a candidate confirmed below as any other: live, same key).
+          const uint32_t* hints = hint != nullptr ? hint + off[si] : nullptr;
           for (int64_t k = -2 * D; k < ng; ++k) {
-            if (k + 2 * D < ng) {
+            if (hints == nullptr && k + 2 * D < ng) {
               __builtin_prefetch(
                   s->index.HomeAddress(it[groups[k + 2 * D].item].h));
             }
             if (k + D >= 0 && k + D < ng) {
               const Group& g = groups[k + D];
               const Item& x = it[g.item];
-              const uint32_t c = s->index.Candidate(x.h);
+              uint32_t c;
+              if (hints == nullptr) {
+                c = s->index.Candidate(x.h);
+              } else {
+                c = hints[g.item];
+                if (c != HashIndex::kNotFound && !arena.IsLive(c)) {
+                  c = HashIndex::kNotFound;
+                }
+              }
               ring[(k + D) & (kRing - 1)] = c;
               if (c != HashIndex::kNotFound) {
                 PrefetchRow<true>(arena.Row(c), row_bytes_);

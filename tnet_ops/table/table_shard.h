@@ -252,8 +252,10 @@ class TableShard {
   // *inserted (if given) says whether the row is new.
   // init=false leaves a new row's weights, slots and meta unspecified (only
   // its key is set): for Import, which overwrites them at once.
+  // *id (if given) is the row's id.
   char* FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
-                     bool* inserted = nullptr, bool init = true);
+                     bool* inserted = nullptr, bool init = true,
+                     uint32_t* id = nullptr);
   // Push path with admission: the row of key, or nullptr while the key is
   // not admitted (its pending count grows by show). *fresh: the row was
   // admitted by this call (no gradient must be applied).
@@ -287,15 +289,23 @@ class TableShard {
                      std::vector<int64_t>* offsets) const;
   // The last training pull's grouping, kept for the push of the same keys
   // (a step pushes exactly the unique keys it pulled, in the same order):
-  // Push takes it when every item's key is the key at its position in the
-  // push's batch, else it groups again (another worker's pull came between,
-  // or the keys differ). One batch at most is kept.
-  void KeepGrouping(std::vector<Item>* items, std::vector<int64_t>* offsets);
+  // Push takes it when its keys are the pulled keys, position by position,
+  // else it groups again (another worker's pull came between,
+  // or the keys differ). One batch at most is kept. With it come the row
+  // ids the pull found, per item (kNotFound where it found none): a hint the
+  // push confirms (the row still live and holding the key) before it
+  // skips the index; otherwise it looks the key up as usual.
+  void KeepGrouping(const int64_t* keys, int64_t n, std::vector<Item>* items,
+                    std::vector<int64_t>* offsets,
+                    std::vector<uint32_t>* rows);
   bool TakeGrouping(const int64_t* keys, int64_t n, std::vector<Item>* items,
-                    std::vector<int64_t>* offsets);
+                    std::vector<int64_t>* offsets,
+                    std::vector<uint32_t>* rows);
   std::mutex grouping_mu_;
+  std::vector<int64_t> kept_keys_;
   std::vector<Item> kept_items_;
   std::vector<int64_t> kept_offsets_;
+  std::vector<uint32_t> kept_rows_;
 
   // Prefetches bytes [0, bytes) of a row (for reading, or for writing when
   // kWrite). Careful: GCC does not count __builtin_prefetch as a side
