@@ -26,28 +26,63 @@ import tensorflow as tf
 from tnet import _ops  # noqa: F401  (load the op library before any server)
 
 
-_M_MMAP_THRESHOLD = -3         # mallopt parameter (glibc malloc.h)
+_M_TOP_PAD = -2                # mallopt parameters (glibc malloc.h)
+_M_MMAP_THRESHOLD = -3
 DEFAULT_MMAP_THRESHOLD = 128 * 1024
+DEFAULT_TOP_PAD = 64 * 1024 * 1024
 
 
-def pin_mmap_threshold() -> bool:
-    """mallopt(M_MMAP_THRESHOLD, TNET_MMAP_THRESHOLD or 128 KiB): fixes the
-    threshold (which also turns off glibc's dynamic raising of it), so every
-    large transient buffer (checkpoint export chunks, gradients) is mmapped
-    and returned to the OS when freed. With the dynamic threshold the heap
-    fragments and a cluster process grows with every checkpoint (BENCHMARKS
-    "Checkpoint memory"). Every process of a cluster pins it: ps and worker
+def _glibc_setting(environ, env_name: str, tunable: str) -> bool:
+    """Whether the process's environment set this malloc option itself."""
+    return (env_name in environ
+            or f"glibc.malloc.{tunable}=" in environ.get("GLIBC_TUNABLES", ""))
+
+
+def pin_mmap_threshold(environ=None) -> dict:
+    """Sets two glibc malloc options in a cluster process (ps and worker
     tasks in `python -m tnet.server`, the chief in
-    `ParameterServerStrategy()`. 0 in TNET_MMAP_THRESHOLD leaves malloc
-    alone. False if not glibc."""
-    value = int(os.environ.get("TNET_MMAP_THRESHOLD", DEFAULT_MMAP_THRESHOLD))
-    if value <= 0:
-        return False
+    `ParameterServerStrategy()`); returns {option: value set, or None}.
+
+    - M_MMAP_THRESHOLD to TNET_MMAP_THRESHOLD or 128 KiB: fixes the
+      threshold (which also turns off glibc's dynamic raising of it), so
+      every large transient buffer (checkpoint export chunks, gradients) is
+      mmapped and returned to the OS when freed. With the dynamic threshold
+      the heap fragments and a cluster process grows with every checkpoint
+      (BENCHMARKS "Checkpoint memory").
+    - M_TOP_PAD to TNET_TOP_PAD or 64 MiB: a heap that trims keeps that
+      much free memory, and a thread's arena keeps an emptied heap rather
+      than unmapping it (glibc's heap_trim weighs both against the pad).
+      With glibc's 128 KiB, each step's freed tensors and RPC buffers went
+      back to the kernel and the next step faulted them in again, zeroed
+      page by page: under PSS (SPARSE-HEAVY, 2w/2ps) that was ~30% of a
+      worker's CPU per step and ~15% of a ps's (BENCHMARKS "The
+      allocator").
+
+    0 in either variable leaves that option alone; so does the
+    environment's own setting of it (MALLOC_MMAP_THRESHOLD_ /
+    MALLOC_TOP_PAD_, or glibc.malloc tunables in GLIBC_TUNABLES).
+    Nothing is set where the C library is not glibc."""
+    environ = os.environ if environ is None else environ
+    wanted = {
+        "mmap_threshold": (_M_MMAP_THRESHOLD, "TNET_MMAP_THRESHOLD",
+                           DEFAULT_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_"),
+        "top_pad": (_M_TOP_PAD, "TNET_TOP_PAD", DEFAULT_TOP_PAD,
+                    "MALLOC_TOP_PAD_"),
+    }
+    done = {name: None for name in wanted}
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, value))
+        mallopt = libc.mallopt
     except (OSError, AttributeError):
-        return False
+        return done
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    for name, (param, ours, default, theirs) in wanted.items():
+        value = int(environ.get(ours, default))
+        if value <= 0 or _glibc_setting(environ, theirs, name):
+            continue
+        if mallopt(param, value) == 1:
+            done[name] = value
+    return done
 
 
 # gRPC channel options every task of a cluster uses unless the environment
@@ -342,9 +377,9 @@ def ParameterServerStrategy(variable_partitioner=None,  # noqa: N802
     `tf.distribute.experimental.partitioners.MinSizePartitioner(...)`.
     Without TF_CONFIG: the default (one-process) strategy.
 
-    The chief pins glibc's mmap threshold (`pin_mmap_threshold`): measured,
-    300 full saves from a chief grew it ~40 KB a save without the pin and
-    left it flat with it.
+    The chief sets glibc's mmap threshold and top pad (`pin_mmap_threshold`):
+    measured, 300 full saves from a chief grew it ~40 KB a save without the
+    mmap pin and left it flat with it.
     """
     config = parse_tf_config(tf_config)
     if config is None:

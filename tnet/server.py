@@ -10,14 +10,16 @@ The server joins in a daemon thread so the main thread stays free to handle
 signals (a Python signal handler never runs while the main thread is blocked
 in server.join()).
 
-Memory: the process pins glibc's mmap threshold
-(`tnet.distribute.pin_mmap_threshold`; the chief pins it too) so
-that every large transient buffer (checkpoint export chunks, pushed
-gradients) is mmapped and returned to the OS when freed. With glibc's
-default dynamic threshold, the first large free raises the threshold to up
-to 32 MiB, later buffers come from the heap, and the heap fragments: a ps
-grew ~0.5 MB per checkpoint without bound in a 30-minute soak (measured:
-+95 MB over 120 saves; flat with the threshold pinned).
+Memory: the process sets two glibc malloc options
+(`tnet.distribute.pin_mmap_threshold`; the chief sets them too). The mmap
+threshold is pinned so that every large transient buffer (checkpoint
+export chunks, pushed gradients) is mmapped and returned to the OS when
+freed. With glibc's default dynamic threshold, the first large free raises
+the threshold to up to 32 MiB, later buffers come from the heap, and the
+heap fragments: a ps grew ~0.5 MB per checkpoint without bound in a
+30-minute soak (measured: +95 MB over 120 saves; flat with the threshold
+pinned). The top pad (64 MiB) keeps what a step frees for the next step
+instead of handing it back to the kernel after every step.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from tnet.distribute import pin_mmap_threshold
 
 
 def main() -> int:
-    pin_mmap_threshold()   # flat RSS across checkpoints (see above)
+    pin_mmap_threshold()   # flat RSS, no page faults per step (see above)
     distribute.set_grpc_defaults()  # keepalive: find silent peers
     bind.ensure()  # listen on TF_CONFIG's address only (TNET_BIND, SECURITY.md)
     try:

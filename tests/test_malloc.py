@@ -1,0 +1,74 @@
+"""The malloc options of a cluster process (`tnet.distribute.pin_mmap_threshold`,
+called by `python -m tnet.server` and by the chief's
+`ParameterServerStrategy()`).
+
+Each case runs in a fresh process (the options are process-wide): it
+allocates 32 MiB in 64 KiB blocks from the main heap, frees them, and
+reports how much the heap kept. With tnet's options the heap keeps the
+freed 32 MiB for the next step; opted out, or with the environment's own
+setting, glibc returns the freed top at once.
+"""
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc",
+                                reason="glibc's malloc only")
+
+PROGRAM = r"""
+import ctypes, json
+import tnet
+from tnet import distribute
+done = distribute.pin_mmap_threshold()
+libc = ctypes.CDLL(None)
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+        "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = Info
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+blocks = [libc.malloc(64 << 10) for _ in range(512)]
+held = libc.mallinfo2().arena
+for b in reversed(blocks):
+    libc.free(b)
+kept = libc.mallinfo2().arena
+print("RESULT", json.dumps({"done": done, "held": held, "kept": kept}))
+"""
+
+
+def _run(**env):
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("MALLOC_", "TNET_MMAP", "TNET_TOP_PAD"))
+               and k != "GLIBC_TUNABLES"}
+    environ.update(env)
+    out = subprocess.run([sys.executable, "-c", PROGRAM], env=environ,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    return json.loads(line[-1][len("RESULT "):])
+
+
+def test_a_step_keeps_what_it_freed():
+    r = _run()
+    assert r["done"] == {"mmap_threshold": 128 << 10, "top_pad": 64 << 20}, r
+    # The 32 MiB freed at the top of the heap stay with the process.
+    assert r["kept"] >= r["held"] - (1 << 20), r
+
+
+@pytest.mark.parametrize("env", [
+    {"TNET_TOP_PAD": "0"},
+    {"MALLOC_TOP_PAD_": str(128 << 10)},
+    {"GLIBC_TUNABLES": f"glibc.malloc.top_pad={128 << 10}"},
+])
+def test_opting_out_or_the_environments_own_setting_wins(env):
+    r = _run(**env)
+    assert r["done"]["top_pad"] is None, r
+    assert r["done"]["mmap_threshold"] == 128 << 10, r
+    # glibc's own trimming: the freed top of the heap goes back at once.
+    assert r["kept"] < r["held"] - (16 << 20), r
