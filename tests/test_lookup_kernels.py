@@ -3,6 +3,9 @@ gradient, the push that trusts unique keys) against stock TensorFlow and
 numpy, and the layer's kernel path against its stock serving path."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -90,8 +93,6 @@ def test_unique_on_more_threads_than_this_machine(threads, tmp_path):
     the chunks in order; with 3 or more chunks the middle ones take the
     merge path the last one skips. This machine has 2 cores, so a process
     with a larger intra-op pool checks that path against tf.unique."""
-    import subprocess
-    import sys
     script = tmp_path / "chunked_unique.py"
     script.write_text(_CHUNKED_UNIQUE)
     out = subprocess.run([sys.executable, str(script), str(threads)],
@@ -259,6 +260,48 @@ def test_segment_combine_and_gradient_match_stock(columns):
                                   batch * columns, [0] * columns)
 
 
+
+_HUGE_SEGMENTS = r"""
+import tnet
+import numpy as np
+import tensorflow as tf
+from tnet import _ops
+huge = 1 << 40
+idx = tf.constant([3], tf.int32)
+seg = tf.constant([5], tf.int64)
+for combiner in (0, 1, 2):  # sum, mean, sqrtn
+    # Rows 0 wide: the output [2^40, 0] holds nothing; no count is needed.
+    out = _ops.tnet_segment_combine(tf.zeros([300, 0]), idx, seg, huge,
+                                    [combiner])
+    assert out.shape == (huge, 0), out.shape
+    grad = _ops.tnet_segment_combine_grad(tf.zeros([huge, 0]), idx, seg,
+                                          huge, [combiner], 300)
+    assert grad.shape == (300, 0), grad.shape
+    # A gradient whose rows do not match num_segments is rejected before
+    # anything is sized by num_segments.
+    try:
+        _ops.tnet_segment_combine_grad(tf.zeros([1, 4]), idx, seg, huge,
+                                       [combiner], 300)
+        raise SystemExit("a [1, 4] gradient for 2^40 segments was accepted")
+    except tf.errors.InvalidArgumentError as e:
+        assert "grad must be" in str(e), e
+print("OK")
+"""
+
+
+def test_segment_combines_survive_huge_num_segments(tmp_path):
+    """Found by the fuzzer: num_segments = 2^40 with 0-wide rows is a valid
+    call (the output holds nothing), and a gradient of the wrong shape is
+    bad input; neither may size a count array by num_segments (it aborted
+    the process with std::bad_alloc). In a subprocess: a crash fails the
+    test, not the run."""
+    script = tmp_path / "huge.py"
+    script.write_text(_HUGE_SEGMENTS)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), (
+        out.returncode, out.stdout[-500:], out.stderr[-2000:])
+
 _SPLIT_COMBINES = r"""
 import sys
 import tnet
@@ -345,8 +388,6 @@ def test_combines_are_the_same_on_any_number_of_threads(tmp_path):
     and in any order and for a dense block of mixed widths, every output
     equals a float64 reference and the two runs are bit-identical (each
     row's sum is taken in entry order)."""
-    import subprocess
-    import sys
     script = tmp_path / "split_combines.py"
     script.write_text(_SPLIT_COMBINES)
     got = []

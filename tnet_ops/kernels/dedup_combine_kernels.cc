@@ -21,6 +21,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <new>
 #include <type_traits>
 #include <vector>
 
@@ -707,17 +708,31 @@ tf::Status FirstBadEntry(const Segments& sg, int64_t rows) {
 }
 
 // Validates every entry (idx in [-1, rows), segment in [0, num_segments))
-// and, unless every combiner is a sum, returns each segment's factor in
-// *scale (else leaves it empty: the factor is 1). One pass over the entries,
-// split over the threads, each counting its share into its own counts.
+// and, unless every combiner is a sum (or rows are 0 wide: nothing to
+// scale), returns each segment's factor in *scale (else leaves it empty:
+// the factor is 1). One pass over the entries, split over the threads, each
+// counting its share into its own counts. Call it once the output exists:
+// the counts are num_segments long per thread.
 tf::Status ScanSegments(tf::OpKernelContext* ctx, const Segments& sg,
-                        int64_t rows, std::vector<float>* scale) {
+                        int64_t rows, int64_t dim, std::vector<float>* scale) {
   scale->clear();
   bool all_sum = true;
   for (int64_t c = 0; c < sg.columns; ++c) all_sum &= sg.combiners[c] == kSum;
   if (sg.entries == 0) return tf::OkStatus();  // no counts: every factor is 1
+  const bool no_counts = all_sum || dim == 0 || sg.num_segments == 0;
   const int64_t parts = Parts(ctx, sg.entries, sg.entries);
-  std::vector<std::vector<int32_t>> counts(all_sum ? 0 : std::max<int64_t>(parts, 1));
+  std::vector<std::vector<int32_t>> counts;
+  if (!no_counts) {
+    try {
+      counts.assign(std::max<int64_t>(parts, 1),
+                    std::vector<int32_t>(sg.num_segments, 0));
+      scale->resize(sg.num_segments);
+    } catch (const std::bad_alloc&) {
+      return tf::errors::ResourceExhausted(
+          "counting the ids of ", sg.num_segments, " segments needs ",
+          sg.num_segments * 4 * (parts + 2), " bytes; pass fewer segments");
+    }
+  }
   std::vector<char> bad(std::max<int64_t>(parts, 1), 0);
   const uint64_t ns = static_cast<uint64_t>(sg.num_segments);
   const uint64_t ids = static_cast<uint64_t>(rows) + 1;
@@ -731,17 +746,18 @@ tf::Status ScanSegments(tf::OpKernelContext* ctx, const Segments& sg,
              (static_cast<uint64_t>(int64_t{sg.idx[k]} + 1) >= ids);
       }
       bad[p] = b;
-      if (b || all_sum) continue;
+      if (b || no_counts) continue;
       std::vector<int32_t>& n = counts[p];
-      n.assign(sg.num_segments, 0);
       for (int64_t k = k0; k < k1; ++k) n[sg.seg[k]] += sg.idx[k] >= 0;
     }
   });
   for (char b : bad) {
-    if (b) return FirstBadEntry(sg, rows);
+    if (b) {
+      scale->clear();
+      return FirstBadEntry(sg, rows);
+    }
   }
-  if (all_sum) return tf::OkStatus();
-  scale->resize(sg.num_segments);
+  if (no_counts) return tf::OkStatus();
   for (int64_t s = 0; s < sg.num_segments; ++s) {
     int64_t n = 0;
     for (const auto& part : counts) n += part[s];
@@ -763,8 +779,6 @@ class TnetSegmentCombineOp : public tf::OpKernel {
                                             rows_t.shape().DebugString()));
     Segments sg;
     OP_REQUIRES_OK(ctx, ReadSegments(ctx, 1, rows_t.dim_size(0), &sg));
-    std::vector<float> scale;  // empty: every factor is 1
-    OP_REQUIRES_OK(ctx, ScanSegments(ctx, sg, rows_t.dim_size(0), &scale));
     const int64_t dim = rows_t.dim_size(1);
     tf::TensorShape shape;
     OP_REQUIRES(ctx, tf::TensorShape::BuildTensorShape({sg.num_segments, dim},
@@ -772,6 +786,9 @@ class TnetSegmentCombineOp : public tf::OpKernel {
                 tf::errors::InvalidArgument("num_segments * dim overflows"));
     tf::Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out_t));
+    std::vector<float> scale;  // empty: every factor is 1
+    OP_REQUIRES_OK(ctx,
+                   ScanSegments(ctx, sg, rows_t.dim_size(0), dim, &scale));
     float* out = out_t->flat<float>().data();
     std::memset(out, 0, sizeof(float) * sg.num_segments * dim);
     if (sg.num_segments == 0 || dim == 0) return;
@@ -840,8 +857,6 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
                                             "got ", num_rows));
     Segments sg;
     OP_REQUIRES_OK(ctx, ReadSegments(ctx, 1, num_rows, &sg));
-    std::vector<float> scale;  // empty: every factor is 1
-    OP_REQUIRES_OK(ctx, ScanSegments(ctx, sg, num_rows, &scale));
     OP_REQUIRES(ctx,
                 tf::TensorShapeUtils::IsMatrix(grad_t.shape()) &&
                     grad_t.dim_size(0) == sg.num_segments,
@@ -849,6 +864,8 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
                     "grad must be [", sg.num_segments, ", dim], got ",
                     grad_t.shape().DebugString()));
     const int64_t dim = grad_t.dim_size(1);
+    std::vector<float> scale;  // empty: every factor is 1
+    OP_REQUIRES_OK(ctx, ScanSegments(ctx, sg, num_rows, dim, &scale));
     tf::TensorShape shape;
     OP_REQUIRES(ctx, tf::TensorShape::BuildTensorShape({num_rows, dim},
                                                        &shape).ok(),
