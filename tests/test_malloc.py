@@ -72,3 +72,11 @@ def test_opting_out_or_the_environments_own_setting_wins(env):
     assert r["done"]["mmap_threshold"] == 128 << 10, r
     # glibc's own trimming: the freed top of the heap goes back at once.
     assert r["kept"] < r["held"] - (16 << 20), r
+
+
+def test_a_bad_setting_is_named():
+    from tnet import distribute
+    for bad in ("64M", "-1", str(1 << 31)):
+        with pytest.raises(ValueError, match="TNET_TOP_PAD"):
+            distribute.pin_mmap_threshold({"TNET_TOP_PAD": bad,
+                                           "TNET_MMAP_THRESHOLD": "0"})

@@ -77,8 +77,15 @@ def pin_mmap_threshold(environ=None) -> dict:
         return done
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     for name, (param, ours, default, theirs) in wanted.items():
-        value = int(environ.get(ours, default))
-        if value <= 0 or _glibc_setting(environ, theirs, name):
+        raw = environ.get(ours, default)
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+        if not 0 <= value < 2**31:
+            raise ValueError(f"{ours}={raw!r}: expected a whole number of "
+                             "bytes below 2 GiB (0 leaves glibc's default)")
+        if value == 0 or _glibc_setting(environ, theirs, name):
             continue
         if mallopt(param, value) == 1:
             done[name] = value
