@@ -36,7 +36,11 @@ from tnet.distribute import pin_mmap_threshold
 
 
 def main() -> int:
-    pin_mmap_threshold()   # flat RSS, no page faults per step (see above)
+    try:
+        pin_mmap_threshold()   # flat RSS, no page faults per step (see above)
+    except ValueError as e:
+        print(f"tnet.server: {e}", file=sys.stderr)
+        return 2
     distribute.set_grpc_defaults()  # keepalive: find silent peers
     bind.ensure()  # listen on TF_CONFIG's address only (TNET_BIND, SECURITY.md)
     try:
