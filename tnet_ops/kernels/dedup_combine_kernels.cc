@@ -790,7 +790,6 @@ class TnetSegmentCombineOp : public tf::OpKernel {
     OP_REQUIRES_OK(ctx,
                    ScanSegments(ctx, sg, rows_t.dim_size(0), dim, &scale));
     float* out = out_t->flat<float>().data();
-    std::memset(out, 0, sizeof(float) * sg.num_segments * dim);
     if (sg.num_segments == 0 || dim == 0) return;
     const float* rows = rows_t.flat<float>().data();
     const int64_t parts =
@@ -800,15 +799,17 @@ class TnetSegmentCombineOp : public tf::OpKernel {
     // Each part owns a range of segments: no two threads add into one row.
     // It lists its entries without a branch, then adds them in entry order,
     // fetching the rows a few entries ahead; a run of entries of one segment
-    // (the layer's order) is summed in registers and stored once.
+    // (the layer's order) is summed in registers and stored once. A
+    // segment's first run starts from zeros (no pass zeroing the whole
+    // output first); the segments no entry reached are zeroed at the end.
     DispatchDim(dim, [&](auto kDim) {
     constexpr int D = decltype(kDim)::value;
     RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
       int32_t* const mine = EntryList(sg.entries);
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t lo = sg.num_segments * p / parts;
-        const uint64_t span =
-            static_cast<uint64_t>(sg.num_segments * (p + 1) / parts - lo);
+        const int64_t hi = sg.num_segments * (p + 1) / parts;
+        const uint64_t span = static_cast<uint64_t>(hi - lo);
         int64_t n = 0;
         for (int64_t k = 0; k < sg.entries; ++k) {
           mine[n] = static_cast<int32_t>(k);
@@ -819,6 +820,7 @@ class TnetSegmentCombineOp : public tf::OpKernel {
           return rows + static_cast<int64_t>(sg.idx[mine[i]]) * dim;
         };
         if constexpr (D > 0) {
+          std::vector<bool> seen(static_cast<size_t>(hi - lo), false);
           float acc[D];
           int64_t cur = -1;
           for (int64_t i = 0; i < n; ++i) {
@@ -826,13 +828,22 @@ class TnetSegmentCombineOp : public tf::OpKernel {
             const int64_t s = sg.seg[mine[i]];
             if (s != cur) {
               if (cur >= 0) std::memcpy(out + cur * D, acc, sizeof(acc));
-              std::memcpy(acc, out + s * D, sizeof(acc));
+              if (seen[s - lo]) {
+                std::memcpy(acc, out + s * D, sizeof(acc));
+              } else {
+                std::memset(acc, 0, sizeof(acc));
+                seen[s - lo] = true;
+              }
               cur = s;
             }
             Axpy<D>(acc, row_of(i), factor(s), D);
           }
           if (cur >= 0) std::memcpy(out + cur * D, acc, sizeof(acc));
+          for (int64_t s = lo; s < hi; ++s) {
+            if (!seen[s - lo]) std::memset(out + s * D, 0, sizeof(acc));
+          }
         } else {
+          std::memset(out + lo * dim, 0, sizeof(float) * (hi - lo) * dim);
           for (int64_t i = 0; i < n; ++i) {
             const int64_t s = sg.seg[mine[i]];
             Axpy<D>(out + s * dim, row_of(i), factor(s), dim);
@@ -873,8 +884,11 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
     tf::Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out_t));
     float* out = out_t->flat<float>().data();
-    std::memset(out, 0, sizeof(float) * num_rows * dim);
-    if (num_rows == 0 || dim == 0 || sg.entries == 0) return;
+    if (num_rows == 0 || dim == 0) return;
+    if (sg.entries == 0) {
+      std::memset(out, 0, sizeof(float) * num_rows * dim);
+      return;
+    }
     const float* grad = grad_t.flat<float>().data();
     const int64_t parts = Parts(ctx, sg.entries * dim, num_rows);
     const float* sc = scale.empty() ? nullptr : scale.data();
@@ -890,6 +904,7 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
         const int64_t lo = num_rows * p / parts;
         const uint32_t span =
             static_cast<uint32_t>(num_rows * (p + 1) / parts - lo);
+        std::memset(out + lo * dim, 0, sizeof(float) * span * dim);
         int64_t n = 0;
         for (int64_t k = 0; k < sg.entries; ++k) {
           mine[n] = static_cast<int32_t>(k);
