@@ -398,3 +398,70 @@ def test_dense_and_ragged_columns_in_any_order(order):
     for k, g in want_grad.items():
         np.testing.assert_array_equal(got_grad[k], g)
     assert np.abs(np.stack(list(want_grad.values()))).sum() > 0
+
+
+@pytest.mark.parametrize("order", [("d1", "r1", "s1", "d2", "r2", "ds"),
+                                   ("r2", "ds", "d2", "s1", "r1", "d1")])
+def test_blocks_beside_ragged_and_sparse_columns_match_numpy(order):
+    """A table read by dense-block columns ([B], [B, L] padded, strings) and
+    ragged and sparse ones at once, in any column order: the layer's output
+    and the gradient of each pulled row equal a float64 numpy computation
+    from the pulled rows (the layer combines them in one kernel call)."""
+    from tnet import scopes
+    rng = np.random.default_rng(3)
+    b = 7
+    d1 = rng.integers(0, 5, (b, 3))
+    d1[rng.random((b, 3)) < 0.4] = -1
+    d1[0] = -1  # an all-padding row: zeros
+    ds = np.array([[w] for w in "abcabca"], object)
+    r1 = [list(rng.integers(-1, 6, rng.integers(0, 5))) for _ in range(b)]
+    r2 = [list(rng.integers(0, 4, rng.integers(1, 3))) for _ in range(b)]
+    feats = {"d1": d1, "d2": rng.integers(0, 9, b), "ds": ds,
+             "r1": tf.ragged.constant(r1, dtype=tf.int64, ragged_rank=1),
+             "r2": tf.ragged.constant(r2, dtype=tf.int64),
+             "s1": tf.ragged.constant(r2, dtype=tf.int64).to_sparse()}
+    lists = {"d1": [[i for i in row if i >= 0] for row in d1],
+             "d2": [[i] for i in feats["d2"]], "ds": [[w] for w in "abcabca"],
+             "r1": [[i for i in row if i >= 0] for row in r1],
+             "r2": r2, "s1": r2}
+    combiners = {"d1": "mean", "d2": "sum", "ds": "sqrtn", "r1": "mean",
+                 "r2": "sqrtn", "s1": "sum"}
+    cols = [fc.embedding_column(
+        fc.category_column(n, dtype=tf.string if n == "ds" else tf.int64),
+        DIM, combiner=combiners[n], table="t") for n in order]
+    layer = tn.layers.EmbeddingFeatures(cols)
+    upstream = rng.normal(size=(b, len(order) * DIM)).astype(np.float32)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            with scopes.recording(tape) as rec:
+                out = layer(feats, training=True)
+                loss = tf.reduce_sum(out * upstream)
+        lk = rec.lookups[0]
+        return out, lk.keys, lk.embeddings, tf.convert_to_tensor(
+            tape.gradient(loss, lk.embeddings))
+
+    out, keys, rows, grad = (t.numpy() for t in step())
+    row_of = {k: i for i, k in enumerate(keys.tolist())}
+
+    def key(name, i):
+        ids = tf.constant([i], tf.string if name == "ds" else tf.int64)
+        return int(fc.keys_of(ids, fc.column_salt(name)).numpy()[0])
+
+    want = np.zeros((b, len(order) * DIM))
+    want_grad = np.zeros(rows.shape)
+    for j, name in enumerate(order):
+        for e in range(b):
+            at = [row_of[key(name, i)] for i in lists[name][e]]
+            if not at:
+                continue
+            n = len(at)
+            f = {"sum": 1.0, "mean": 1.0 / n, "sqrtn": 1.0 / np.sqrt(n)}[
+                combiners[name]]
+            want[e, j * DIM:(j + 1) * DIM] = rows[at].astype(np.float64).sum(0) * f
+            for r in at:
+                want_grad[r] += upstream[e, j * DIM:(j + 1) * DIM] * f
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-6, atol=1e-7)
+    assert np.abs(out).sum() > 0 and len(row_of) == len(rows)

@@ -225,12 +225,20 @@ def _embed(layer, features, training, sequence: bool):
             keys.append(k)
             valids.append(valid)
             parts.append(("general", (index, col), (r, b, p)))
+        # Dense blocks beside ragged / sparse pieces: one segment combine
+        # for all of the table's columns, in its column order (no concat of
+        # the pieces' outputs, no split of their gradient, one dE).
+        merged = not sequence and bool(blocks) and bool(general)
         table_rows, indices = lookup.fused_lookup(
-            layer.tables[table_name], keys, training, lr_fn, valids)
+            layer.tables[table_name], keys, training, lr_fn, valids,
+            split=not merged)
         every_column = list(range(len(outputs)))
         flat = []  # ragged / sparse pieces: (index, col, idx, example, batch)
         wholes = []  # ([column indices], [B, C * dim], split into columns)
-        for idx, (kind, what, extra) in zip(indices, parts):
+        if merged:
+            wholes.append(_merged_outputs(table_rows, indices, parts, cols))
+        for idx, (kind, what, extra) in ([] if merged
+                                         else zip(indices, parts)):
             if kind == "block":
                 wholes.append(_block_outputs(table_rows, idx, what, extra))
                 continue
@@ -337,6 +345,54 @@ def _flat_outputs(table_rows, flat):
                                  [c.combiner for _, c, _, _, _ in flat])
     whole = tf.reshape(out, [-1, n * dim])
     return [index for index, *_ in flat], whole, _splitter(n)
+
+
+def _merged_outputs(table_rows, idx, parts, cols):
+    """Every column of one table, dense blocks and ragged / sparse pieces
+    alike, combined by one `segment_combine`: ([column indices], [B, C *
+    dim], its split into the columns' [B, dim]). idx: the table's flat
+    indices in the order of its pieces' keys (blocks first, row-major).
+    An entry of the column at position j (in `cols`' order) of example b
+    goes to segment b * C + j, so the [B * C, dim] result is [B, C * dim]
+    in `cols`' order, and its gradient is one dE [U, dim]."""
+    order = [index for index, _ in cols]
+    position = {index: j for j, index in enumerate(order)}
+    n = len(order)
+    dim = cols[0][1].dimension
+    batch, sources = None, []
+    for kind, what, extra in parts:
+        if kind == "block":  # extra: the block's [B, W] shape
+            batch = tf.cast(extra[0], tf.int64)
+            sources.append(extra)
+        else:
+            (index, _), (rows, size, _) = what, extra
+            batch = tf.cast(size, tf.int64)
+            sources.append(rows)
+    key = ("segments", n, *(
+        tuple(position[i] for i, _, _ in what) if kind == "block"
+        else position[what[0]] for kind, what, _ in parts), *sources)
+
+    def segments():
+        pieces = []
+        for kind, what, extra in parts:
+            if kind == "block":
+                tensors = [t for _, _, t in what]
+                slot = tf.constant([position[i] for i, _, _ in what],
+                                   tf.int64)
+                if any(t.shape[1] != 1 for t in tensors):
+                    slot = tf.repeat(slot, _widths(tensors))
+                first = tf.range(tf.cast(extra[0], tf.int64)) * n
+                pieces.append(tf.reshape(first[:, tf.newaxis]
+                                         + slot[tf.newaxis, :], [-1]))
+            else:
+                (index, _), (rows, _, _) = what, extra
+                pieces.append(tf.cast(rows, tf.int64) * n + position[index])
+        return pieces[0] if len(pieces) == 1 else tf.concat(pieces, 0)
+
+    out = lookup.segment_combine(table_rows, idx,
+                                 lookup.traced_once(key, segments), batch * n,
+                                 [c.combiner for _, c in cols])
+    return order, tf.reshape(out, [-1, n * dim]), _splitter(n)
 
 
 def _check_columns(columns, layer_type: str) -> List[fc.EmbeddingColumn]:

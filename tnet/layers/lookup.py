@@ -129,14 +129,17 @@ def unique_keys(keys, valid=None):
 
 
 def fused_lookup(table: SparseTable, keys_per_column: List[tf.Tensor],
-                 training, learning_rate=None, valid_per_column=None):
+                 training, learning_rate=None, valid_per_column=None,
+                 split: bool = True):
     """One unique + pull for all pieces' keys.
 
     valid_per_column: None, or per piece None / a bool mask like its keys
     (False: padding, never pulled; its idx is -1).
     Returns (E [U, dim], [idx per piece]): piece i's rows are
-    `tf.gather(E, idx[i])` (or `embed_combine`). Every use of E is a gather
-    or a combine, so its gradient is IndexedSlices or a dense dE.
+    `tf.gather(E, idx[i])` (or `embed_combine`); with split=False, the
+    pieces' idx as one vector, in the order of their keys. Every use of E
+    is a gather or a combine, so its gradient is IndexedSlices or a dense
+    dE.
     """
     sizes = [tf.shape(k)[0] for k in keys_per_column]
     all_keys = (keys_per_column[0] if len(keys_per_column) == 1
@@ -166,6 +169,8 @@ def fused_lookup(table: SparseTable, keys_per_column: List[tf.Tensor],
         recorder.tape.watch(rows)
         recorder.lookups.append(Lookup(table, batch, rows, shows,
                                        learning_rate))
+    if not split:
+        return rows, idx
     if len(keys_per_column) == 1:
         return rows, [idx]
     return rows, tf.split(idx, tf.stack(sizes), axis=0, num=len(sizes))
