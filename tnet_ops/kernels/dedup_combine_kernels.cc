@@ -758,11 +758,22 @@ tf::Status ScanSegments(tf::OpKernelContext* ctx, const Segments& sg,
     }
   }
   if (no_counts) return tf::OkStatus();
-  for (int64_t s = 0; s < sg.num_segments; ++s) {
-    int64_t n = 0;
-    for (const auto& part : counts) n += part[s];
-    (*scale)[s] = Scale(sg.combiners[s % sg.columns], n);
-  }
+  // The factors, a range of segments per thread (a layer's call has
+  // batch x columns of them), the column stepped rather than divided out.
+  const int64_t sparts = Parts(ctx, sg.num_segments * 4, sg.num_segments);
+  RunChunks(ctx, sparts, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t lo = sg.num_segments * p / sparts;
+      const int64_t hi = sg.num_segments * (p + 1) / sparts;
+      int64_t column = lo % sg.columns;
+      for (int64_t s = lo; s < hi; ++s) {
+        int64_t n = 0;
+        for (const auto& part : counts) n += part[s];
+        (*scale)[s] = Scale(sg.combiners[column], n);
+        if (++column == sg.columns) column = 0;
+      }
+    }
+  });
   return tf::OkStatus();
 }
 
