@@ -5,7 +5,8 @@ Every input form (`[B]`, `[B, 1]`, `[B, L]` padded with -1 / "",
 way of writing a model (TFRS-style subclass, Keras subclass with
 `compile(loss=...)`, functional `tn.Model(inputs, outputs)` over Keras
 `Input`s including `sparse=True` / `ragged=True`, `tn.models.WideDeep`),
-with every sparse rule, goes through:
+with every sparse rule, plus two cases whose features come in different
+forms (a table read by a ragged and a `[B]` column at once), goes through:
 
   fit a few steps -> tn.saving.save -> restore in a fresh process ->
   predictions equal -> export_for_serving (signature inferred) -> load in
@@ -131,7 +132,7 @@ def test_fit_restore_export_serve(matrix, case):
 
 
 def test_matrix_covers_every_form_style_and_rule():
-    assert {c[0] for c in CASES} == set(cm.FORMS)
+    assert {c[0] for c in CASES} == set(cm.FORMS) | {cm.MIXED}
     assert {c[1] for c in CASES} == set(cm.DTYPES)
     assert {c[2] for c in CASES} == set(cm.STYLES)
     for form in cm.FORMS:

@@ -26,6 +26,10 @@ import tf_keras
 from tnet import feature_column as fc
 
 FORMS = ("B", "B1", "padded", "sparse", "ragged")
+# One form per feature: the shared table is read by a ragged and a [B]
+# column at once (one segment combine for both), f2's own table padded.
+MIXED = "mixed"
+MIXED_FORMS = {"f0": "ragged", "f1": "B", "f2": "padded"}
 DTYPES = ("int64", "string")
 STYLES = ("tfrs", "keras_subclass", "functional", "tn_models")
 RULES = ("sgd", "adagrad", "rowwise_adagrad", "adam", "ftrl")
@@ -47,7 +51,14 @@ def cases():
             for d, dtype in enumerate(DTYPES):
                 rule = RULES[(2 * s + d + 2 * f) % len(RULES)]
                 out.append((form, dtype, style, rule))
+    out += [(MIXED, "int64", "functional", "adagrad"),
+            (MIXED, "string", "keras_subclass", "ftrl")]
     return out
+
+
+def feature_form(form: str, name: str) -> str:
+    """The form of one feature's ids in a case of `form`."""
+    return MIXED_FORMS[name] if form == MIXED else form
 
 
 def case_id(case) -> str:
@@ -92,9 +103,10 @@ def served_inputs(form: str, dtype: str, ids: dict, x) -> dict:
     shape; sparse / ragged forms as [B, L] padded with -1 / ""."""
     out = {}
     for name, v in ids.items():
-        if form in ("B", "B1"):
+        kind = feature_form(form, name)
+        if kind in ("B", "B1"):
             v = v[:, :1]
-            v = v[:, 0] if form == "B" else v
+            v = v[:, 0] if kind == "B" else v
         out[name] = _as_dtype(v, dtype)
     out["x"] = x
     return out
@@ -107,10 +119,11 @@ def model_inputs(form: str, dtype: str, ids: dict, x) -> dict:
     for name in IDS:
         v = served[name]
         t = tf.constant(v.tolist() if v.dtype == object else v)
-        if form in ("sparse", "ragged"):
+        kind = feature_form(form, name)
+        if kind in ("sparse", "ragged"):
             pad = "" if dtype == "string" else tf.constant(-1, tf.int64)
             ragged = tf.ragged.boolean_mask(t, tf.not_equal(t, pad))
-            t = ragged.to_sparse() if form == "sparse" else ragged
+            t = ragged.to_sparse() if kind == "sparse" else ragged
         out[name] = t
     return out
 
@@ -175,17 +188,18 @@ def functional(form: str, dtype: str):
     kind = "string" if dtype == "string" else "int64"
     inputs = {}
     for name in IDS:
-        if form == "B":
+        one = feature_form(form, name)
+        if one == "B":
             inputs[name] = tf_keras.Input(shape=(), dtype=kind, name=name)
-        elif form == "B1":
+        elif one == "B1":
             inputs[name] = tf_keras.Input(shape=(1,), dtype=kind, name=name)
-        elif form == "padded":
+        elif one == "padded":
             inputs[name] = tf_keras.Input(shape=(WIDTH,), dtype=kind,
                                           name=name)
         else:
             inputs[name] = tf_keras.Input(
                 shape=(None,), dtype=kind, name=name,
-                sparse=form == "sparse", ragged=form == "ragged")
+                sparse=one == "sparse", ragged=one == "ragged")
     inputs["x"] = tf_keras.Input(shape=(), dtype="float32", name="x")
     emb = tn.layers.EmbeddingFeatures(columns(dtype))(inputs)
     x = tf_keras.layers.Reshape((1,))(inputs["x"])
