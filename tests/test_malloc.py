@@ -1,6 +1,7 @@
 """The malloc options of a cluster process (`tnet.distribute.pin_mmap_threshold`,
 called by `python -m tnet.server` and by the chief's
-`ParameterServerStrategy()`).
+`ParameterServerStrategy()`), and the top pad alone that a one-process
+`tn.Model` sets when it builds its train function (`set_top_pad`).
 
 Each case runs in a fresh process (the options are process-wide): it
 allocates 32 MiB in 64 KiB blocks from the main heap, frees them, and
@@ -20,10 +21,23 @@ pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc",
                                 reason="glibc's malloc only")
 
 PROGRAM = r"""
-import ctypes, json
+import ctypes, json, os
 import tnet
 from tnet import distribute
-done = distribute.pin_mmap_threshold()
+if os.environ.get("CASE") == "model":  # a one-process job: fit's train function
+    import numpy as np
+    import tensorflow as tf
+    import tf_keras
+    col = tnet.feature_column.embedding_column(
+        tnet.feature_column.category_column("a"), 4)
+    ids = tf_keras.Input(shape=(), dtype="int64", name="a")
+    emb = tnet.layers.EmbeddingFeatures([col])({"a": ids})
+    model = tnet.Model({"a": ids}, tf_keras.layers.Dense(1)(emb))
+    model.compile(tnet.optimizer.Adagrad(0.1), "mse")
+    model.make_train_function()
+    done = {"mmap_threshold": None, "top_pad": None}
+else:
+    done = distribute.pin_mmap_threshold()
 libc = ctypes.CDLL(None)
 class Info(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in (
@@ -80,3 +94,18 @@ def test_a_bad_setting_is_named():
         with pytest.raises(ValueError, match="TNET_TOP_PAD"):
             distribute.pin_mmap_threshold({"TNET_TOP_PAD": bad,
                                            "TNET_MMAP_THRESHOLD": "0"})
+
+
+@pytest.mark.parametrize("pad", [None, "0"])
+def test_a_one_process_model_keeps_its_step_memory(pad):
+    """tn.Model's train function sets the top pad (TNET_TOP_PAD=0: not)."""
+    env = {"CASE": "model"}
+    if pad is not None:
+        env["TNET_TOP_PAD"] = pad
+    r = _run(**env)
+    if pad is None:
+        assert r["kept"] >= r["held"] - (1 << 20), r
+    else:
+        assert r["kept"] < r["held"] - (16 << 20), r
+    from tnet import distribute
+    assert distribute.set_top_pad({"TNET_TOP_PAD": "0"}) == {"top_pad": None}

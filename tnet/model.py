@@ -51,6 +51,13 @@ class _TnetTraining:
                 tf_keras.metrics.Mean(name=n)
                 for n in ("loss", "regularization_loss", "total_loss")]
 
+    def make_train_function(self, force=False):
+        # Keep each step's freed memory in the process (glibc's top pad):
+        # without it every step faults its buffers in again, page by page.
+        from tnet.distribute import set_top_pad  # noqa: PLC0415
+        set_top_pad()
+        return super().make_train_function(force)
+
     def tnet_layers(self) -> List[EmbeddingFeatures]:
         """The tnet embedding layers in this model (nested ones included)."""
         return [m for m in self._flatten_modules(include_self=False)
