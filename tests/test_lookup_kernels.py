@@ -261,6 +261,41 @@ def test_segment_combine_and_gradient_match_stock(columns):
 
 
 
+
+@pytest.mark.parametrize("dim", [1, 3, 16])
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_segment_combine_names_a_bad_entry_in_any_part(dim, where):
+    """Compiled widths (1, 16) check the entries while each thread lists
+    its own; a bad idx or segment anywhere, in any thread's range, is one
+    InvalidArgument naming it, for every combiner; good calls still equal
+    the numpy sums (mean factors counted the same way)."""
+    batch, columns, u, k = 300, 3, 50, 40000
+    rows = RNG.standard_normal((u, dim)).astype(np.float32)
+    idx = RNG.integers(-1, u, k).astype(np.int32)
+    seg = np.sort(RNG.integers(0, batch * columns, k))
+    for combiner in (0, 1, 2):
+        got = _ops.tnet_segment_combine(rows, idx, seg, batch * columns,
+                                        [combiner] * columns).numpy()
+        keep = idx >= 0
+        total = np.zeros((batch * columns, dim))
+        np.add.at(total, seg[keep], rows[idx[keep]].astype(np.float64))
+        n = np.bincount(seg[keep], minlength=batch * columns)[:, None]
+        want = total / {0: 1, 1: np.maximum(n, 1),
+                        2: np.sqrt(np.maximum(n, 1))}[combiner]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        at = 0 if where == "first" else k - 1
+        bad_idx, bad_seg = idx.copy(), seg.copy()
+        bad_idx[at] = u
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=rf"idx\[{at}\] = {u} is not in"):
+            _ops.tnet_segment_combine(rows, bad_idx, seg, batch * columns,
+                                      [combiner] * columns)
+        bad_seg[at] = -3
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=rf"segments\[{at}\] = -3 is not in"):
+            _ops.tnet_segment_combine(rows, idx, bad_seg, batch * columns,
+                                      [combiner] * columns)
+
 _HUGE_SEGMENTS = r"""
 import tnet
 import numpy as np

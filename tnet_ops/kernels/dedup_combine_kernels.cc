@@ -797,22 +797,32 @@ class TnetSegmentCombineOp : public tf::OpKernel {
                 tf::errors::InvalidArgument("num_segments * dim overflows"));
     tf::Tensor* out_t = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out_t));
+    const int64_t num_rows = rows_t.dim_size(0);
+    bool compiled = false;  // a row width with its own compiled loop
+    DispatchDim(dim, [&](auto kDim) { compiled = decltype(kDim)::value > 0; });
+    // Compiled widths check and count while each part lists its entries
+    // (below); any other width takes one separate pass first.
     std::vector<float> scale;  // empty: every factor is 1
-    OP_REQUIRES_OK(ctx,
-                   ScanSegments(ctx, sg, rows_t.dim_size(0), dim, &scale));
+    if (!compiled || sg.num_segments == 0) {
+      OP_REQUIRES_OK(ctx, ScanSegments(ctx, sg, num_rows, dim, &scale));
+    }
     float* out = out_t->flat<float>().data();
     if (sg.num_segments == 0 || dim == 0) return;
     const float* rows = rows_t.flat<float>().data();
     const int64_t parts =
         Parts(ctx, sg.entries * dim, sg.num_segments);
-    const float* sc = scale.empty() ? nullptr : scale.data();
-    auto factor = [sc](int64_t s) { return sc != nullptr ? sc[s] : 1.0f; };
+    bool all_sum = true;
+    for (int64_t c = 0; c < sg.columns; ++c) all_sum &= sg.combiners[c] == kSum;
+    std::vector<char> bad(parts, 0);  // 1: a bad entry, 2: out of memory
     // Each part owns a range of segments: no two threads add into one row.
     // It lists its entries without a branch, then adds them in entry order,
     // fetching the rows a few entries ahead; a run of entries of one segment
     // (the layer's order) is summed in registers and stored once. A
     // segment's first run starts from zeros (no pass zeroing the whole
     // output first); the segments no entry reached are zeroed at the end.
+    // With a compiled width the listing pass also checks every entry (each
+    // part checks all of them: none reads a row before all are known good)
+    // and counts its own segments' ids for the mean / sqrtn factors.
     DispatchDim(dim, [&](auto kDim) {
     constexpr int D = decltype(kDim)::value;
     RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
@@ -822,18 +832,41 @@ class TnetSegmentCombineOp : public tf::OpKernel {
         const int64_t hi = sg.num_segments * (p + 1) / parts;
         const uint64_t span = static_cast<uint64_t>(hi - lo);
         int64_t n = 0;
-        for (int64_t k = 0; k < sg.entries; ++k) {
-          mine[n] = static_cast<int32_t>(k);
-          n += (static_cast<uint64_t>(sg.seg[k] - lo) < span) &
-               (sg.idx[k] >= 0);
-        }
-        auto row_of = [&](int64_t i) {
-          return rows + static_cast<int64_t>(sg.idx[mine[i]]) * dim;
-        };
-        if constexpr (D > 0) {
-          std::vector<bool> seen(static_cast<size_t>(hi - lo), false);
+        if constexpr (D > 0) try {
+          const uint64_t ns = static_cast<uint64_t>(sg.num_segments);
+          const uint64_t ids = static_cast<uint64_t>(num_rows) + 1;
+          std::vector<int32_t> count(all_sum ? 0 : span + 1, 0);
+          bool b = false;
+          for (int64_t k = 0; k < sg.entries; ++k) {
+            const uint64_t rel = static_cast<uint64_t>(sg.seg[k] - lo);
+            const bool own = rel < span;
+            const bool valid = sg.idx[k] >= 0;
+            b |= (static_cast<uint64_t>(sg.seg[k]) >= ns) |
+                 (static_cast<uint64_t>(int64_t{sg.idx[k]} + 1) >= ids);
+            mine[n] = static_cast<int32_t>(k);
+            n += own & valid;
+            if (!all_sum) count[own ? rel : span] += valid;
+          }
+          if (b) {
+            bad[p] = 1;
+            continue;
+          }
+          std::vector<float> factors;
+          if (!all_sum) {
+            factors.resize(span);
+            int64_t column = lo % sg.columns;
+            for (uint64_t s = 0; s < span; ++s) {
+              factors[s] = Scale(sg.combiners[column], count[s]);
+              if (++column == sg.columns) column = 0;
+            }
+          }
+          auto row_of = [&](int64_t i) {
+            return rows + static_cast<int64_t>(sg.idx[mine[i]]) * dim;
+          };
+          std::vector<bool> seen(span, false);
           float acc[D];
           int64_t cur = -1;
+          float f = 1.0f;
           for (int64_t i = 0; i < n; ++i) {
             if (i + kAhead < n) __builtin_prefetch(row_of(i + kAhead));
             const int64_t s = sg.seg[mine[i]];
@@ -846,23 +879,46 @@ class TnetSegmentCombineOp : public tf::OpKernel {
                 seen[s - lo] = true;
               }
               cur = s;
+              if (!all_sum) f = factors[s - lo];
             }
-            Axpy<D>(acc, row_of(i), factor(s), D);
+            Axpy<D>(acc, row_of(i), f, D);
           }
           if (cur >= 0) std::memcpy(out + cur * D, acc, sizeof(acc));
           for (int64_t s = lo; s < hi; ++s) {
             if (!seen[s - lo]) std::memset(out + s * D, 0, sizeof(acc));
           }
+        } catch (const std::bad_alloc&) {  // this part's counts and marks
+          bad[p] = 2;
         } else {
+          const float* sc = scale.empty() ? nullptr : scale.data();
+          for (int64_t k = 0; k < sg.entries; ++k) {
+            mine[n] = static_cast<int32_t>(k);
+            n += (static_cast<uint64_t>(sg.seg[k] - lo) < span) &
+                 (sg.idx[k] >= 0);
+          }
           std::memset(out + lo * dim, 0, sizeof(float) * (hi - lo) * dim);
           for (int64_t i = 0; i < n; ++i) {
             const int64_t s = sg.seg[mine[i]];
-            Axpy<D>(out + s * dim, row_of(i), factor(s), dim);
+            Axpy<D>(out + s * dim,
+                    rows + static_cast<int64_t>(sg.idx[mine[i]]) * dim,
+                    sc != nullptr ? sc[s] : 1.0f, dim);
           }
         }
       }
     });
     });
+    for (char b : bad) {
+      OP_REQUIRES(ctx, b != 2,
+                  tf::errors::ResourceExhausted(
+                      "counting the ids of ", sg.num_segments,
+                      " segments needs ", sg.num_segments * 9,
+                      " bytes; pass fewer segments"));
+    }
+    for (char b : bad) {
+      if (b) {
+        OP_REQUIRES_OK(ctx, FirstBadEntry(sg, num_rows));
+      }
+    }
   }
 };
 
