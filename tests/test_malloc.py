@@ -109,3 +109,23 @@ def test_a_one_process_model_keeps_its_step_memory(pad):
         assert r["kept"] < r["held"] - (16 << 20), r
     from tnet import distribute
     assert distribute.set_top_pad({"TNET_TOP_PAD": "0"}) == {"top_pad": None}
+
+
+@pytest.mark.parametrize("command", [["tnet.train", "--hidden_units=8",
+                                      "--batch_size=64"],
+                                     ["tnet.server"]])
+def test_a_bad_setting_is_one_line_and_exit_2(command, tmp_path):
+    """The training CLI (one process: its model sets the top pad) and a
+    cluster server name a bad TNET_TOP_PAD in one line, no traceback."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env.update(TNET_TOP_PAD="64M", TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    args = command + ([f"--model_dir={tmp_path / 'run'}"]
+                      if command[0] == "tnet.train" else [])
+    out = subprocess.run([sys.executable, "-m", *args], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, (out.stdout[-2000:], out.stderr[-2000:])
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+    lines = [x for x in out.stderr.splitlines()
+             if x.startswith(f"{command[0]}: TNET_TOP_PAD='64M'")]
+    assert len(lines) == 1, out.stderr[-2000:]

@@ -38,6 +38,11 @@ def _glibc_setting(environ, env_name: str, tunable: str) -> bool:
             or f"glibc.malloc.{tunable}=" in environ.get("GLIBC_TUNABLES", ""))
 
 
+class MallocSettingError(ValueError):
+    """TNET_TOP_PAD or TNET_MMAP_THRESHOLD is not a byte count (the
+    message names the variable, its value and the fix)."""
+
+
 def pin_mmap_threshold(environ=None) -> dict:
     """Sets two glibc malloc options in a cluster process (ps and worker
     tasks in `python -m tnet.server`, the chief in
@@ -98,8 +103,9 @@ def _mallopt(names, environ=None) -> dict:
         except ValueError:
             value = -1
         if not 0 <= value < 2**31:
-            raise ValueError(f"{ours}={raw!r}: expected a whole number of "
-                             "bytes below 2 GiB (0 leaves glibc's default)")
+            raise MallocSettingError(
+                f"{ours}={raw!r}: expected a whole number of bytes below "
+                "2 GiB (0 leaves glibc's default)")
         if value == 0 or _glibc_setting(environ, theirs, name):
             continue
         if mallopt(param, value) == 1:

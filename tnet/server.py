@@ -38,7 +38,7 @@ from tnet.distribute import pin_mmap_threshold
 def main() -> int:
     try:
         pin_mmap_threshold()   # flat RSS, no page faults per step (see above)
-    except ValueError as e:
+    except distribute.MallocSettingError as e:
         print(f"tnet.server: {e}", file=sys.stderr)
         return 2
     distribute.set_grpc_defaults()  # keepalive: find silent peers

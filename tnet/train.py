@@ -524,6 +524,9 @@ def main(argv):
     except tn.distribute.ClusterConfigError as e:
         print(f"tnet.train: bad TF_CONFIG: {e}", file=sys.stderr, flush=True)
         return 2
+    except tn.distribute.MallocSettingError as e:
+        print(f"tnet.train: {e}", file=sys.stderr, flush=True)
+        return 2
     except Exception as e:  # noqa: BLE001
         bad = explain_bad_input(e)
         if bad is not None:
