@@ -349,16 +349,33 @@ def test_layer_own_schedule_follows_the_model_steps():
     np.testing.assert_allclose(seen[2], np.full(DIM, -0.60), rtol=1e-6)
 
 
+def _recorded_step(layer, feats, upstream):
+    """One traced training call of a one-table layer under a recording
+    tape, loss sum(out * upstream): numpy (output, the lookup's unique
+    keys, its pulled rows E, dE)."""
+    from tnet import scopes
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            with scopes.recording(tape) as rec:
+                out = layer(feats, training=True)
+                loss = tf.reduce_sum(out * upstream)
+        lk = rec.lookups[0]
+        return out, lk.keys, lk.embeddings, tf.convert_to_tensor(
+            tape.gradient(loss, lk.embeddings))
+
+    return tuple(t.numpy() for t in step())
+
+
 @pytest.mark.parametrize("order", [("d1", "r1", "d2", "r2"),
                                    ("r1", "d1", "d2", "r2"),
                                    ("r1", "r2", "d1", "d2"),
                                    ("d2", "d1", "r2", "r1")])
 def test_dense_and_ragged_columns_in_any_order(order):
     """One shared table, dense-block and ragged columns in any order: every
-    column's output and every row's gradient are exactly the same (in
-    column order the layer joins the blocks without a per-column split;
-    otherwise it splits them into their columns)."""
-    from tnet import scopes
+    column's output and every row's gradient are exactly the same (the
+    table's columns go through one combine, in the layer's column order)."""
     feats = {"d1": np.array([[1, -1], [2, 3], [-1, -1]], np.int64),
              "d2": np.array([5, 1, 7], np.int64),
              "r1": tf.ragged.constant([[1, 2, -1, 2], [], [4, -1]],
@@ -374,18 +391,7 @@ def test_dense_and_ragged_columns_in_any_order(order):
                 for n in names]
         layer = tn.layers.EmbeddingFeatures(cols)
         w = tf.constant(np.concatenate([weights[n] for n in names], 1))
-
-        @tf.function
-        def step():
-            with tf.GradientTape() as tape:
-                with scopes.recording(tape) as rec:
-                    out = layer(feats, training=True)
-                    loss = tf.reduce_sum(out * w)
-            lk = rec.lookups[0]
-            return out, lk.keys, tf.convert_to_tensor(
-                tape.gradient(loss, lk.embeddings))
-
-        out, keys, grad = (t.numpy() for t in step())
+        out, keys, _, grad = _recorded_step(layer, feats, w)
         per_col = {n: out[:, i * DIM:(i + 1) * DIM] for i, n in enumerate(names)}
         return per_col, dict(zip(keys.tolist(), grad))
 
@@ -407,7 +413,6 @@ def test_blocks_beside_ragged_and_sparse_columns_match_numpy(order):
     ragged and sparse ones at once, in any column order: the layer's output
     and the gradient of each pulled row equal a float64 numpy computation
     from the pulled rows (the layer combines them in one kernel call)."""
-    from tnet import scopes
     rng = np.random.default_rng(3)
     b = 7
     d1 = rng.integers(0, 5, (b, 3))
@@ -431,18 +436,7 @@ def test_blocks_beside_ragged_and_sparse_columns_match_numpy(order):
         DIM, combiner=combiners[n], table="t") for n in order]
     layer = tn.layers.EmbeddingFeatures(cols)
     upstream = rng.normal(size=(b, len(order) * DIM)).astype(np.float32)
-
-    @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            with scopes.recording(tape) as rec:
-                out = layer(feats, training=True)
-                loss = tf.reduce_sum(out * upstream)
-        lk = rec.lookups[0]
-        return out, lk.keys, lk.embeddings, tf.convert_to_tensor(
-            tape.gradient(loss, lk.embeddings))
-
-    out, keys, rows, grad = (t.numpy() for t in step())
+    out, keys, rows, grad = _recorded_step(layer, feats, upstream)
     row_of = {k: i for i, k in enumerate(keys.tolist())}
 
     def key(name, i):
