@@ -54,6 +54,60 @@ def test_initializer_kinds(init, check):
     assert check(w), (w.min(), w.max(), w.mean(), w.std())
 
 
+def _normal_cdf(z):
+    z = tf.constant(np.asarray(z, np.float64) / np.sqrt(2.0))
+    return 0.5 * (1.0 + tf.math.erf(z).numpy())
+
+
+@pytest.mark.parametrize("kind", ["normal", "truncated_normal"])
+def test_normal_initializers_follow_their_distribution(kind):
+    """The keyed ziggurat draws are the normal (or the normal truncated at
+    two standard deviations, as Keras's TruncatedNormal): Kolmogorov-Smirnov
+    and a binned chi-square over 6.4M weights against the exact CDF, the
+    mass beyond the ziggurat's base strip (|z| > 3.44, drawn by its own
+    tail method) and how it spreads (beyond 4), and no correlation between
+    the weights of a row."""
+    mean, stddev = 0.5, 2.0
+    init = (tf.keras.initializers.RandomNormal(mean, stddev)
+            if kind == "normal"
+            else tf.keras.initializers.TruncatedNormal(mean, stddev))
+    table = tn.SparseTable("dist", 16, initializer=init, seed=11)
+    w = table.pull(np.arange(400_000) * 7919 - 3, training=True).numpy()
+    z = (w.astype(np.float64) - mean) / stddev
+    flat = np.sort(z.ravel())
+    n = flat.size
+    lo = -2.0 if kind == "truncated_normal" else -np.inf
+    if kind == "truncated_normal":
+        assert flat[0] >= -2.0 - 1e-6 and flat[-1] <= 2.0 + 1e-6
+        mass = _normal_cdf(2.0) - _normal_cdf(-2.0)
+        cdf = lambda x: (_normal_cdf(x) - _normal_cdf(-2.0)) / mass  # noqa: E731
+    else:
+        cdf = _normal_cdf
+    expected = cdf(flat)
+    ks = max(np.max(np.arange(1, n + 1) / n - expected),
+             np.max(expected - np.arange(n) / n))
+    assert ks < 1.95 / np.sqrt(n), ks  # alpha 0.001
+    edges = np.linspace(max(lo, -4.0), -max(lo, -4.0), 201)
+    counts = np.histogram(flat, edges)[0]
+    want = n * np.diff(cdf(edges))
+    chi2 = np.sum((counts - want) ** 2 / want)
+    assert chi2 < 200 + 5 * np.sqrt(2 * 200), chi2  # 200 bins
+    if kind == "normal":
+        r = 3.442619855896652
+        tail = 2 * n * (1 - _normal_cdf(r))
+        seen = np.sum(np.abs(flat) > r)
+        assert abs(seen - tail) < 5 * np.sqrt(tail), (seen, tail)
+        # Within the tail: the share beyond 4 (0.11; 0.15 were the tail's
+        # exponential proposal kept without its test).
+        share = (1 - _normal_cdf(4.0)) / (1 - _normal_cdf(r))
+        got = np.sum(np.abs(flat) > 4.0) / seen
+        assert abs(got - share) < 5 * np.sqrt(share * (1 - share) / seen), (
+            got, share)
+    corr = np.corrcoef(z, rowvar=False)
+    off = corr[~np.eye(16, dtype=bool)]
+    assert np.max(np.abs(off)) < 5 / np.sqrt(z.shape[0]), np.max(np.abs(off))
+
+
 def test_default_initializer_zeros_for_dim_1_small_normal_otherwise():
     """The measured default (BENCHMARKS.md "Defaults"): a dim-1 row is a
     linear weight and starts at 0; wider rows start normal, stddev 0.01."""
