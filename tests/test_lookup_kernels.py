@@ -266,9 +266,11 @@ def test_segment_combine_and_gradient_match_stock(columns):
 @pytest.mark.parametrize("where", ["first", "last"])
 def test_segment_combine_names_a_bad_entry_in_any_part(dim, where):
     """Compiled widths (1, 16) check the entries while each thread lists
-    its own; a bad idx or segment anywhere, in any thread's range, is one
-    InvalidArgument naming it, for every combiner; good calls still equal
-    the numpy sums (mean factors counted the same way)."""
+    its own, narrow rows (one part, dim 1 and 3) just before each row is
+    read or written; a bad idx or segment anywhere, in any thread's range,
+    is one InvalidArgument naming it, for every combiner, forward and
+    gradient; good calls still equal the numpy sums (mean factors counted
+    the same way)."""
     batch, columns, u, k = 300, 3, 50, 40000
     rows = RNG.standard_normal((u, dim)).astype(np.float32)
     idx = RNG.integers(-1, u, k).astype(np.int32)
@@ -295,6 +297,22 @@ def test_segment_combine_names_a_bad_entry_in_any_part(dim, where):
                            match=rf"segments\[{at}\] = -3 is not in"):
             _ops.tnet_segment_combine(rows, idx, bad_seg, batch * columns,
                                       [combiner] * columns)
+        grad = RNG.standard_normal((batch * columns, dim)).astype(np.float32)
+        got = _ops.tnet_segment_combine_grad(
+            grad, idx, seg, batch * columns, [combiner] * columns, u).numpy()
+        factor = {0: np.ones_like(n, np.float64), 1: 1 / np.maximum(n, 1),
+                  2: 1 / np.sqrt(np.maximum(n, 1))}[combiner]
+        want = np.zeros((u, dim))
+        np.add.at(want, idx[keep], (grad * factor)[seg[keep]])
+        # ~800 float32 terms per row: sums near 0 keep ~1e-4 absolute error
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-4)
+        for bad_i, bad_s, name, value in ((bad_idx, seg, "idx", u),
+                                          (idx, bad_seg, "segments", -3)):
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match=rf"{name}\[{at}\] = {value} is not in"):
+                _ops.tnet_segment_combine_grad(grad, bad_i, bad_s,
+                                               batch * columns,
+                                               [combiner] * columns, u)
 
 _HUGE_SEGMENTS = r"""
 import tnet

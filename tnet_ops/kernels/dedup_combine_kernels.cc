@@ -41,8 +41,10 @@ namespace {
 enum Combiner : int32_t { kSum = 0, kMean = 1, kSqrtn = 2 };
 
 // An open-addressing map key -> group number (groups numbered 0, 1, ... in
-// order of insertion). 16-byte slots {key, group, count}: the count lives
-// in the slot the probe already read. Linear probing on the low bits of
+// order of insertion). 16-byte slots {key, group}; counts sit in a vector
+// by group, so they come out in group order with no pass over the slots
+// (two such passes were most of TnetUnique's serial merge). Linear
+// probing on the low bits of
 // Mix64(key), grown at 5/8 load. Find is read-only (threads may share it);
 // Add is not thread-safe: one map per chunk of a TnetUnique.
 class GroupMap {
@@ -64,13 +66,14 @@ class GroupMap {
       Slot& slot = slots_[s];
       if (slot.group < 0) {
         const int32_t g = static_cast<int32_t>(keys_.size());
-        slot = {key, g, count};
+        slot = {key, g};
         keys_.push_back(key);
+        counts_.push_back(count);
         if (keys_.size() * 8 > capacity_ * 5) Rebuild(capacity_ * 2);
         return g;
       }
       if (slot.key == key) {
-        slot.count += count;
+        counts_[slot.group] += count;
         return slot.group;
       }
     }
@@ -88,26 +91,20 @@ class GroupMap {
   int64_t size() const { return static_cast<int64_t>(keys_.size()); }
   // The groups' keys, in group order.
   const std::vector<int64_t>& keys() const { return keys_; }
-  // The groups' counts, in group order (one pass over the slots).
-  std::vector<float> Counts() const {
-    std::vector<float> counts(keys_.size());
-    for (const Slot& slot : slots_) {
-      if (slot.group >= 0) counts[slot.group] = slot.count;
-    }
-    return counts;
-  }
+  // The groups' counts, in group order.
+  const std::vector<float>& Counts() const { return counts_; }
 
  private:
   struct Slot {
     int64_t key;
     int32_t group;  // -1: empty
-    float count;
+    int32_t unused;
   };
   static_assert(sizeof(Slot) == 16, "group map slots are 16 bytes");
 
   // Reallocates to `cap` slots and re-inserts every group with its count.
   void Rebuild(uint64_t cap) {
-    std::vector<Slot> old(cap, Slot{0, -1, 0.0f});
+    std::vector<Slot> old(cap, Slot{0, -1, 0});
     old.swap(slots_);
     capacity_ = cap;
     mask_ = cap - 1;
@@ -123,6 +120,7 @@ class GroupMap {
   uint64_t capacity_ = 0;
   uint64_t mask_ = 0;
   std::vector<int64_t> keys_;
+  std::vector<float> counts_;  // per group (the slots stay 16 bytes)
 };
 
 // Calls fn(i, h) for i in [b, e), h = Mix64(keys[i]), each key hashed once,
@@ -298,7 +296,7 @@ class TnetUniqueOp : public tf::OpKernel {
     std::vector<float> tail_counts;
     for (int64_t c = 1; c < chunks; ++c) {
       const std::vector<int64_t>& ck = maps[c]->keys();
-      const std::vector<float> cc = maps[c]->Counts();
+      const std::vector<float>& cc = maps[c]->Counts();
       const int64_t m = static_cast<int64_t>(ck.size());
       std::vector<int32_t>& to = remap[c];
       to.resize(m);
@@ -457,6 +455,17 @@ int64_t Parts(tf::OpKernelContext* ctx, int64_t work, int64_t limit) {
       ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
   return std::min<int64_t>(
       limit, std::max<int64_t>(1, std::min<int64_t>(threads, work / 32768)));
+}
+
+// Parts of a segment combine (or its gradient) over `entries` entries of
+// rows `dim` wide, each owning a range of `limit` output rows. Every part
+// reads all the entries to list its own, so with narrow rows (the dim-1
+// weights of a linear part) a second part costs about what it saves and
+// only burns a core the step's other ops could use: one part below dim 4.
+int64_t NarrowParts(tf::OpKernelContext* ctx, int64_t entries, int64_t dim,
+                    int64_t limit) {
+  return dim < 4 ? std::min<int64_t>(1, limit)
+                 : Parts(ctx, entries * dim, limit);
 }
 
 // The factor a column's sum is multiplied by, given its valid ids.
@@ -691,6 +700,20 @@ tf::Status ReadSegments(tf::OpKernelContext* ctx, int first, int64_t rows,
   return tf::OkStatus();
 }
 
+inline bool AllSum(const Segments& sg) {
+  for (int64_t c = 0; c < sg.columns; ++c) {
+    if (sg.combiners[c] != kSum) return false;
+  }
+  return true;
+}
+
+// idx in [-1, rows) and segment in [0, num_segments).
+inline bool EntryInRange(const Segments& sg, int64_t rows, int64_t idx,
+                         int64_t seg) {
+  return (static_cast<uint64_t>(seg) < static_cast<uint64_t>(sg.num_segments)) &
+         (static_cast<uint64_t>(idx + 1) < static_cast<uint64_t>(rows) + 1);
+}
+
 // The first bad entry, as an InvalidArgument (the slow path of ScanSegments).
 tf::Status FirstBadEntry(const Segments& sg, int64_t rows) {
   for (int64_t k = 0; k < sg.entries; ++k) {
@@ -803,14 +826,49 @@ class TnetSegmentCombineOp : public tf::OpKernel {
     // Compiled widths check and count while each part lists its entries
     // (below); any other width takes one separate pass first.
     std::vector<float> scale;  // empty: every factor is 1
+    bool scanned = false;
     if (!compiled || sg.num_segments == 0) {
       OP_REQUIRES_OK(ctx, ScanSegments(ctx, sg, num_rows, dim, &scale));
+      scanned = true;
     }
     float* out = out_t->flat<float>().data();
     if (sg.num_segments == 0 || dim == 0) return;
     const float* rows = rows_t.flat<float>().data();
-    const int64_t parts =
-        Parts(ctx, sg.entries * dim, sg.num_segments);
+    const int64_t parts = NarrowParts(ctx, sg.entries, dim, sg.num_segments);
+    if (parts == 1) {
+      // One part: no list. Each entry adds its row straight into its
+      // segment, in entry order: the sums of the parts below, in the same
+      // order. With sums only, each entry is checked just before its row is
+      // read; else a first pass checks them all and counts for the means.
+      const bool inline_check = !scanned && AllSum(sg);
+      if (!scanned && !inline_check) {
+        OP_REQUIRES_OK(ctx, ScanSegments(ctx, sg, num_rows, dim, &scale));
+      }
+      std::memset(out, 0, sizeof(float) * sg.num_segments * dim);
+      const float* sc = scale.empty() ? nullptr : scale.data();
+      bool bad = false;
+      DispatchDim(dim, [&](auto kDim) {
+        constexpr int D = decltype(kDim)::value;
+        for (int64_t k = 0; k < sg.entries; ++k) {
+          if (k + kAhead < sg.entries &&
+              static_cast<uint64_t>(sg.idx[k + kAhead]) <
+                  static_cast<uint64_t>(num_rows)) {
+            __builtin_prefetch(rows + int64_t{sg.idx[k + kAhead]} * dim);
+          }
+          const int64_t i = sg.idx[k];
+          const int64_t seg = sg.seg[k];
+          if (inline_check && !EntryInRange(sg, num_rows, i, seg)) {
+            bad = true;
+            break;
+          }
+          if (i < 0) continue;
+          Axpy<D>(out + seg * dim, rows + i * dim,
+                  sc != nullptr ? sc[seg] : 1.0f, dim);
+        }
+      });
+      if (bad) OP_REQUIRES_OK(ctx, FirstBadEntry(sg, num_rows));
+      return;
+    }
     bool all_sum = true;
     for (int64_t c = 0; c < sg.columns; ++c) all_sum &= sg.combiners[c] == kSum;
     std::vector<char> bad(parts, 0);  // 1: a bad entry, 2: out of memory
@@ -942,8 +1000,15 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
                     "grad must be [", sg.num_segments, ", dim], got ",
                     grad_t.shape().DebugString()));
     const int64_t dim = grad_t.dim_size(1);
+    const int64_t parts = NarrowParts(ctx, sg.entries, dim, num_rows);
+    // One part of sums only checks each entry just before it writes
+    // (below); otherwise one pass checks them all first (and counts).
+    const bool inline_check = parts == 1 && AllSum(sg) && dim > 0 &&
+                              num_rows > 0 && sg.entries > 0;
     std::vector<float> scale;  // empty: every factor is 1
-    OP_REQUIRES_OK(ctx, ScanSegments(ctx, sg, num_rows, dim, &scale));
+    if (!inline_check) {
+      OP_REQUIRES_OK(ctx, ScanSegments(ctx, sg, num_rows, dim, &scale));
+    }
     tf::TensorShape shape;
     OP_REQUIRES(ctx, tf::TensorShape::BuildTensorShape({num_rows, dim},
                                                        &shape).ok(),
@@ -957,9 +1022,34 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
       return;
     }
     const float* grad = grad_t.flat<float>().data();
-    const int64_t parts = Parts(ctx, sg.entries * dim, num_rows);
     const float* sc = scale.empty() ? nullptr : scale.data();
     auto factor = [sc](int64_t s) { return sc != nullptr ? sc[s] : 1.0f; };
+    if (parts == 1) {
+      // One part: no list; every entry adds into its row in entry order
+      // (the order of the parts below).
+      std::memset(out, 0, sizeof(float) * num_rows * dim);
+      bool bad = false;
+      DispatchDim(dim, [&](auto kDim) {
+        constexpr int D = decltype(kDim)::value;
+        for (int64_t k = 0; k < sg.entries; ++k) {
+          if (k + kAhead < sg.entries &&
+              static_cast<uint64_t>(sg.idx[k + kAhead]) <
+                  static_cast<uint64_t>(num_rows)) {
+            __builtin_prefetch(out + int64_t{sg.idx[k + kAhead]} * dim, 1);
+          }
+          const int64_t i = sg.idx[k];
+          const int64_t seg = sg.seg[k];
+          if (inline_check && !EntryInRange(sg, num_rows, i, seg)) {
+            bad = true;
+            break;
+          }
+          if (i < 0) continue;
+          Axpy<D>(out + i * dim, grad + seg * dim, factor(seg), dim);
+        }
+      });
+      if (bad) OP_REQUIRES_OK(ctx, FirstBadEntry(sg, num_rows));
+      return;
+    }
     DispatchDim(dim, [&](auto kDim) {
     constexpr int D = decltype(kDim)::value;
     RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
