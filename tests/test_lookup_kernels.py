@@ -101,6 +101,35 @@ def test_unique_on_more_threads_than_this_machine(threads, tmp_path):
     assert f"ok {threads}" in out.stdout
 
 
+_M64 = (1 << 64) - 1
+
+
+def _unmix64(h):
+    """The key whose Mix64 (murmur3's fmix64, tnet_ops/table/hash.h) is h."""
+    for mult in (0xc4ceb9fe1a85ec53, 0xff51afd7ed558ccd):
+        h ^= h >> 33
+        h = h * pow(mult, -1, 1 << 64) & _M64
+    return h ^ (h >> 33)
+
+
+def test_unique_tells_apart_keys_whose_hashes_share_tag_and_slot():
+    """TnetUnique's map keeps a 32-bit tag of each key's hash in its slots
+    and reads the key itself only when the tags agree: keys whose hashes
+    agree on the tag and on every bit that picks a slot (up to 2^20 slots)
+    must stay distinct groups, in any order and on either chunk."""
+    base = 0x9E3779B97F4A7C15
+    keys = [_unmix64(base ^ (bit << 20)) for bit in (0, 1, 2, 4)]
+    keys = [k - (1 << 64) if k >= 1 << 63 else k for k in keys]
+    batch = np.array(keys * 3 + keys[::-1], np.int64)
+    batch = np.concatenate([batch, np.arange(200_000, dtype=np.int64), batch])
+    uniq, idx, counts = _ops.tnet_unique(batch, tf.zeros([0], tf.bool))
+    want_u, want_i = tf.unique(batch, out_idx=tf.int32)
+    np.testing.assert_array_equal(uniq.numpy(), want_u.numpy())
+    np.testing.assert_array_equal(idx.numpy(), want_i.numpy())
+    np.testing.assert_array_equal(
+        counts.numpy(), np.bincount(want_i.numpy(), minlength=len(want_u)))
+
+
 def test_unique_rejects_bad_shapes():
     with pytest.raises(tf.errors.InvalidArgumentError, match="valid must"):
         _ops.tnet_unique(tf.constant([1, 2, 3], tf.int64),
