@@ -30,7 +30,12 @@ def _keys(n, kind):
 @pytest.mark.parametrize("n", [0, 1, 7, 16385, 200_000])
 @pytest.mark.parametrize("kind", ["zipf", "extremes", "wide"])
 def test_unique_equals_tf_unique_and_bincount(n, kind):
-    keys = _keys(n, kind)
+    _assert_unique_like_stock(_keys(n, kind))
+
+
+def _assert_unique_like_stock(keys):
+    """TnetUnique equals tf.unique (keys in first-occurrence order, idx)
+    and bincount (counts)."""
     uniq, idx, counts = _ops.tnet_unique(keys, tf.zeros([0], tf.bool))
     want_u, want_i = tf.unique(keys, out_idx=tf.int32)
     np.testing.assert_array_equal(uniq.numpy(), want_u.numpy())
@@ -122,12 +127,7 @@ def test_unique_tells_apart_keys_whose_hashes_share_tag_and_slot():
     keys = [k - (1 << 64) if k >= 1 << 63 else k for k in keys]
     batch = np.array(keys * 3 + keys[::-1], np.int64)
     batch = np.concatenate([batch, np.arange(200_000, dtype=np.int64), batch])
-    uniq, idx, counts = _ops.tnet_unique(batch, tf.zeros([0], tf.bool))
-    want_u, want_i = tf.unique(batch, out_idx=tf.int32)
-    np.testing.assert_array_equal(uniq.numpy(), want_u.numpy())
-    np.testing.assert_array_equal(idx.numpy(), want_i.numpy())
-    np.testing.assert_array_equal(
-        counts.numpy(), np.bincount(want_i.numpy(), minlength=len(want_u)))
+    _assert_unique_like_stock(tf.constant(batch))
 
 
 def test_unique_rejects_bad_shapes():

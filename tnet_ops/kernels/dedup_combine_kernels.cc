@@ -718,6 +718,27 @@ inline bool EntryInRange(const Segments& sg, int64_t rows, int64_t idx,
          (static_cast<uint64_t>(idx + 1) < static_cast<uint64_t>(rows) + 1);
 }
 
+// The one-part combines' loop: add(idx, segment) for every entry in entry
+// order whose idx is not -1, prefetch(idx) kAhead entries before (only for
+// an idx in range). With `check`, each entry is checked before its add;
+// false at the first bad one (nothing after it is read or written).
+template <typename Prefetch, typename Add>
+bool ForEachEntryInOrder(const Segments& sg, int64_t rows, bool check,
+                         Prefetch&& prefetch, Add&& add) {
+  for (int64_t k = 0; k < sg.entries; ++k) {
+    if (k + kAhead < sg.entries &&
+        static_cast<uint64_t>(sg.idx[k + kAhead]) <
+            static_cast<uint64_t>(rows)) {
+      prefetch(int64_t{sg.idx[k + kAhead]});
+    }
+    const int64_t i = sg.idx[k];
+    const int64_t seg = sg.seg[k];
+    if (check && !EntryInRange(sg, rows, i, seg)) return false;
+    if (i >= 0) add(i, seg);
+  }
+  return true;
+}
+
 // The first bad entry, as an InvalidArgument (the slow path of ScanSegments).
 tf::Status FirstBadEntry(const Segments& sg, int64_t rows) {
   for (int64_t k = 0; k < sg.entries; ++k) {
@@ -850,27 +871,18 @@ class TnetSegmentCombineOp : public tf::OpKernel {
       }
       std::memset(out, 0, sizeof(float) * sg.num_segments * dim);
       const float* sc = scale.empty() ? nullptr : scale.data();
-      bool bad = false;
+      bool good = true;
       DispatchDim(dim, [&](auto kDim) {
         constexpr int D = decltype(kDim)::value;
-        for (int64_t k = 0; k < sg.entries; ++k) {
-          if (k + kAhead < sg.entries &&
-              static_cast<uint64_t>(sg.idx[k + kAhead]) <
-                  static_cast<uint64_t>(num_rows)) {
-            __builtin_prefetch(rows + int64_t{sg.idx[k + kAhead]} * dim);
-          }
-          const int64_t i = sg.idx[k];
-          const int64_t seg = sg.seg[k];
-          if (inline_check && !EntryInRange(sg, num_rows, i, seg)) {
-            bad = true;
-            break;
-          }
-          if (i < 0) continue;
-          Axpy<D>(out + seg * dim, rows + i * dim,
-                  sc != nullptr ? sc[seg] : 1.0f, dim);
-        }
+        good = ForEachEntryInOrder(
+            sg, num_rows, inline_check,
+            [&](int64_t i) { __builtin_prefetch(rows + i * dim); },
+            [&](int64_t i, int64_t seg) {
+              Axpy<D>(out + seg * dim, rows + i * dim,
+                      sc != nullptr ? sc[seg] : 1.0f, dim);
+            });
       });
-      if (bad) OP_REQUIRES_OK(ctx, FirstBadEntry(sg, num_rows));
+      if (!good) OP_REQUIRES_OK(ctx, FirstBadEntry(sg, num_rows));
       return;
     }
     bool all_sum = true;
@@ -1032,26 +1044,17 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
       // One part: no list; every entry adds into its row in entry order
       // (the order of the parts below).
       std::memset(out, 0, sizeof(float) * num_rows * dim);
-      bool bad = false;
+      bool good = true;
       DispatchDim(dim, [&](auto kDim) {
         constexpr int D = decltype(kDim)::value;
-        for (int64_t k = 0; k < sg.entries; ++k) {
-          if (k + kAhead < sg.entries &&
-              static_cast<uint64_t>(sg.idx[k + kAhead]) <
-                  static_cast<uint64_t>(num_rows)) {
-            __builtin_prefetch(out + int64_t{sg.idx[k + kAhead]} * dim, 1);
-          }
-          const int64_t i = sg.idx[k];
-          const int64_t seg = sg.seg[k];
-          if (inline_check && !EntryInRange(sg, num_rows, i, seg)) {
-            bad = true;
-            break;
-          }
-          if (i < 0) continue;
-          Axpy<D>(out + i * dim, grad + seg * dim, factor(seg), dim);
-        }
+        good = ForEachEntryInOrder(
+            sg, num_rows, inline_check,
+            [&](int64_t i) { __builtin_prefetch(out + i * dim, 1); },
+            [&](int64_t i, int64_t seg) {
+              Axpy<D>(out + i * dim, grad + seg * dim, factor(seg), dim);
+            });
       });
-      if (bad) OP_REQUIRES_OK(ctx, FirstBadEntry(sg, num_rows));
+      if (!good) OP_REQUIRES_OK(ctx, FirstBadEntry(sg, num_rows));
       return;
     }
     DispatchDim(dim, [&](auto kDim) {
