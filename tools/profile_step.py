@@ -2,10 +2,8 @@
 
     python tools/profile_step.py --steps 15 --trace /tmp/trace_a
     python tools/profile_step.py --parse before=/tmp/trace_a after=/tmp/trace_b
+    python tools/profile_step.py --timeline /tmp/trace_a --step 7
     PYTHONPATH=CHECKOUT python tools/profile_step.py --no_trace --blocks 3
-
-The third only times untraced steps (--blocks timings of --steps steps):
-run it at two checkouts in turn for an A/B of the whole step.
 
 The first form builds the SPARSE-HEAVY tnet model of tools/_sparse_heavy.py
 on synthetic batches (M1..M4 as RaggedTensor, as bench_train), times
@@ -16,7 +14,11 @@ turn). Per op instance the duration is summed per step; a type's figure
 is the sum over its instances of the min (and the median) over the steps:
 on a shared machine the min is the op without preemption. Groups: the
 sparse kernels (deep table / wide table), the DNN (matmuls and their
-gradients) and glue (everything else in the step).
+gradients) and glue (everything else in the step). The third prints one
+traced step op by op in time order (start, duration, thread): the ops the
+step waits on one after the other are its critical path. The fourth only
+times untraced steps (--blocks timings of --steps steps): run it at two
+checkouts in turn for an A/B of the whole step.
 """
 import argparse
 import collections
@@ -36,24 +38,41 @@ SPARSE = {"TnetUnique", "SparseTablePull", "SparseTablePush", "TnetEmbedCombine"
 DNN = {"MatMul", "_FusedMatMul", "BiasAddGrad", "ReluGrad"}
 
 
-def load(d):
+def events(d):
+    """(steps [(start, end) ps], ops [(start ps, name, ms, thread line)])."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: PLC0415
     path = sorted(glob.glob(d + "/**/*.xplane.pb", recursive=True))[-1]
     xs = xplane_pb2.XSpace(); xs.ParseFromString(open(path, "rb").read())
     plane = next(p for p in xs.planes if p.name == "/host:CPU")
     md = {k: v.name for k, v in plane.event_metadata.items()}
     steps, evs = [], []
-    for line in plane.lines:
+    for li, line in enumerate(plane.lines):
         for ev in line.events:
             name = md.get(ev.metadata_id, "?")
             t0 = line.timestamp_ns * 1000 + ev.offset_ps
             if "EagerLocalExecute: __inference_train" in name:
                 steps.append((t0, t0 + ev.duration_ps))
             elif ":" in name and not name.startswith(WRAP) and not name.startswith("$"):
-                evs.append((t0, name, ev.duration_ps / 1e9))
-    steps = sorted(set(steps))
+                evs.append((t0, name, ev.duration_ps / 1e9, li))
+    return sorted(set(steps)), evs
+
+
+def timeline(d, which, floor_ms=0.2):
+    """One traced step's ops of at least floor_ms, in start order: where
+    the step waits on one op (the critical path) and what runs beside it."""
+    steps, evs = events(d)
+    a, b = steps[which]
+    print(f"step {which} of {len(steps)}: {(b - a) / 1e9:.1f} ms; "
+          "start ms, duration ms, thread, op")
+    for t0, name, ms, li in sorted(evs):
+        if a <= t0 <= b and ms >= floor_ms and "Iterator" not in name:
+            print(f"{(t0 - a) / 1e9:7.2f} {ms:6.2f}  {li:3d}  {name[:100]}")
+
+
+def load(d):
+    steps, evs = events(d)
     per = collections.defaultdict(lambda: [0.0] * len(steps))
-    for t0, name, d in evs:
+    for t0, name, d, _ in evs:
         for i, (a, b) in enumerate(steps):
             if a <= t0 <= b:
                 per[name][i] += d; break
@@ -150,7 +169,14 @@ def main():
                    help="only the untraced timing (for alternating A/B runs)")
     p.add_argument("--blocks", type=int, default=1,
                    help="untraced timings of --steps steps each")
+    p.add_argument("--timeline", metavar="DIR",
+                   help="print one traced step of DIR op by op, in time order")
+    p.add_argument("--step", type=int, default=7,
+                   help="which traced step --timeline prints")
     args = p.parse_args()
+    if args.timeline:
+        timeline(args.timeline, args.step)
+        return 0
     if args.parse:
         report([a.split("=", 1) for a in args.parse])
         return 0

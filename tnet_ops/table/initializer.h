@@ -76,7 +76,8 @@ inline const ZigguratTables& Ziggurat() {
 }
 
 // How many draws one weight may take (its stream); a weight whose draws
-// are all rejected (probability < 1e-100) is the mean.
+// are all rejected is the mean (a draw is rejected with p ~0.012, or ~0.06
+// when truncated: 64 in a row happen with p < 1e-75).
 constexpr uint64_t kDrawsPerWeight = 64;
 
 // A standard normal from the draws n0, n0 + 1, ... of a row (at most
@@ -150,12 +151,12 @@ inline void InitializeRow(const InitializerConfig& c, int64_t key, int dim,
       const uint64_t base = KeyedBase(c.seed, key);
       const bool truncated = c.kind == InitKind::kTruncatedNormal;
       const ZigguratTables& t = Ziggurat();
-      uint32_t again = 0;  // weights (of a block of 32) to draw in full
       for (int j0 = 0; j0 < dim; j0 += 32) {
         const int j1 = dim - j0 < 32 ? dim : j0 + 32;
-        again = 0;
+        uint32_t again = 0;  // the block's weights to draw in full
         for (int j = j0; j < j1; ++j) {
-          const uint64_t d = KeyedDraw(base, static_cast<uint64_t>(j) * kDrawsPerWeight);
+          const uint64_t d =
+              KeyedDraw(base, static_cast<uint64_t>(j) * kDrawsPerWeight);
           const int i = static_cast<int>(d & (ZigguratTables::kLayers - 1));
           const float u = static_cast<float>(static_cast<int32_t>(d >> 32)) *
                           (1.0f / 2147483648.0f);
