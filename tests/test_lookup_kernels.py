@@ -295,8 +295,10 @@ def test_segment_combine_and_gradient_match_stock(columns):
 @pytest.mark.parametrize("where", ["first", "last"])
 def test_segment_combine_names_a_bad_entry_in_any_part(dim, where):
     """Compiled widths (1, 16) check the entries while each thread lists
-    its own, narrow rows (one part, dim 1 and 3) just before each row is
-    read or written; a bad idx or segment anywhere, in any thread's range,
+    its own; narrow rows (one part: dims 1 and 3) of sums check each entry
+    just before its row is read or written, other combiners (and the
+    gradient at any width but narrow sums) in a pass first; a bad idx or
+    segment anywhere, in any thread's range,
     is one InvalidArgument naming it, for every combiner, forward and
     gradient; good calls still equal the numpy sums (mean factors counted
     the same way)."""
