@@ -294,14 +294,13 @@ def test_segment_combine_and_gradient_match_stock(columns):
 @pytest.mark.parametrize("dim", [1, 3, 16])
 @pytest.mark.parametrize("where", ["first", "last"])
 def test_segment_combine_names_a_bad_entry_in_any_part(dim, where):
-    """Compiled widths (1, 16) check the entries while each thread lists
-    its own; narrow rows (one part: dims 1 and 3) of sums check each entry
-    just before its row is read or written, other combiners (and the
-    gradient at any width but narrow sums) in a pass first; a bad idx or
-    segment anywhere, in any thread's range,
-    is one InvalidArgument naming it, for every combiner, forward and
-    gradient; good calls still equal the numpy sums (mean factors counted
-    the same way)."""
+    """Where each path checks its entries: the forward at dim 16 while each
+    thread lists its own; narrow rows (one part, dims 1 and 3) just before
+    each row is read or written when every combiner is a sum, else in a
+    pass first, as the gradient does at dim 16. A bad idx or segment
+    anywhere, in any thread's range, is one InvalidArgument naming it, for
+    every combiner, forward and gradient; good calls still equal the numpy
+    sums (mean factors counted the same way)."""
     batch, columns, u, k = 300, 3, 50, 40000
     rows = RNG.standard_normal((u, dim)).astype(np.float32)
     idx = RNG.integers(-1, u, k).astype(np.int32)
