@@ -61,6 +61,8 @@ def timeline(d, which, floor_ms=0.2):
     """One traced step's ops of at least floor_ms, in start order: where
     the step waits on one op (the critical path) and what runs beside it."""
     steps, evs = events(d)
+    if not 0 <= which < len(steps):
+        sys.exit(f"--step {which}: {d} holds traced steps 0..{len(steps) - 1}")
     a, b = steps[which]
     print(f"step {which} of {len(steps)}: {(b - a) / 1e9:.1f} ms; "
           "start ms, duration ms, thread, op")

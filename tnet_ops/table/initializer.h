@@ -85,16 +85,27 @@ constexpr uint64_t kDrawsPerWeight = 64;
 // drawn again, as Keras's TruncatedNormal does); 0 if the stream runs out.
 // Draw d: layer = its low 7 bits, u = its high 32 bits as
 // a signed fraction, the wedge's height its bits 8..31.
+// Draw d's layer, its signed fraction u and the point z = u * x[layer].
+struct ZigguratPoint {
+  int layer;
+  float u;
+  float z;
+};
+
+inline ZigguratPoint PointOf(const ZigguratTables& t, uint64_t d) {
+  const int i = static_cast<int>(d & (ZigguratTables::kLayers - 1));
+  const float u = static_cast<float>(static_cast<int32_t>(d >> 32)) *
+                  (1.0f / 2147483648.0f);
+  return {i, u, u * t.x[i]};
+}
+
 template <bool kTruncated>
 inline float KeyedNormal(uint64_t base, uint64_t n0) {
   const ZigguratTables& t = Ziggurat();
   const uint64_t end = n0 + kDrawsPerWeight;
   for (uint64_t n = n0; n < end; ++n) {
     const uint64_t d = KeyedDraw(base, n);
-    const int i = static_cast<int>(d & (ZigguratTables::kLayers - 1));
-    const float u = static_cast<float>(static_cast<int32_t>(d >> 32)) *
-                    (1.0f / 2147483648.0f);
-    const float z = u * t.x[i];
+    const auto [i, u, z] = PointOf(t, d);
     if (std::fabs(u) < t.ratio[i]) {
       if (!kTruncated || std::fabs(z) <= 2.0f) return z;
       continue;
@@ -155,12 +166,8 @@ inline void InitializeRow(const InitializerConfig& c, int64_t key, int dim,
         const int j1 = dim - j0 < 32 ? dim : j0 + 32;
         uint32_t again = 0;  // the block's weights to draw in full
         for (int j = j0; j < j1; ++j) {
-          const uint64_t d =
-              KeyedDraw(base, static_cast<uint64_t>(j) * kDrawsPerWeight);
-          const int i = static_cast<int>(d & (ZigguratTables::kLayers - 1));
-          const float u = static_cast<float>(static_cast<int32_t>(d >> 32)) *
-                          (1.0f / 2147483648.0f);
-          const float z = u * t.x[i];
+          const auto [i, u, z] = PointOf(
+              t, KeyedDraw(base, static_cast<uint64_t>(j) * kDrawsPerWeight));
           const bool hit = (std::fabs(u) < t.ratio[i]) &
                            (!truncated | (std::fabs(z) <= 2.0f));
           out[j] = c.a + c.b * z;
