@@ -294,8 +294,9 @@ def test_segment_combine_and_gradient_match_stock(columns):
 @pytest.mark.parametrize("dim", [1, 3, 16])
 @pytest.mark.parametrize("where", ["first", "last"])
 def test_segment_combine_names_a_bad_entry_in_any_part(dim, where):
-    """Where each path checks its entries: the forward at dim 16 while each
-    thread lists its own; narrow rows (one part, dims 1 and 3) just before
+    """Where each path checks its entries: the forward at dim 16 (sorted
+    segments: one range of entries per thread) each run before its rows are
+    read; narrow rows (one part, dims 1 and 3) just before
     each row is read or written when every combiner is a sum, else in a
     pass first, as the gradient does at dim 16. A bad idx or segment
     anywhere, in any thread's range, is one InvalidArgument naming it, for
@@ -343,6 +344,68 @@ def test_segment_combine_names_a_bad_entry_in_any_part(dim, where):
                 _ops.tnet_segment_combine_grad(grad, bad_i, bad_s,
                                                batch * columns,
                                                [combiner] * columns, u)
+
+@pytest.mark.parametrize("dim", [4, 16])
+def test_segment_combine_in_runs_equals_the_listing_path(dim):
+    """The layer's order (a dense block row-major, then ragged pieces in
+    example order: each segment's entries one run) takes the path that cuts
+    the entries into one range per thread. Its output equals, bit for bit,
+    the listing path's on the same entries (forced by one extra padding
+    entry of an already-written segment, which adds nothing) and numpy's
+    sums; a segment met again, in the same thread's range or another's, is
+    never overwritten by its second run."""
+    batch, columns, block, u = 3000, 5, 3, 20000
+    rows = RNG.standard_normal((u, dim)).astype(np.float32)
+    idx, seg = [], []
+    for b in range(batch):  # the block: columns 0..2, one id each
+        for j in range(block):
+            idx.append(RNG.integers(-1, u)); seg.append(b * columns + j)
+    for j in range(block, columns):  # ragged pieces, 0-5 ids per example
+        for b in range(batch):
+            for _ in range(RNG.integers(0, 6)):
+                idx.append(RNG.integers(0, u)); seg.append(b * columns + j)
+    idx, seg = np.array(idx, np.int32), np.array(seg, np.int64)
+    assert len(idx) * dim >= 2 * 32768  # two threads' worth
+    combiners = [1, 0, 2, 1, 1]
+    ns = batch * columns
+
+    def numpy_combine(i, s):
+        keep = i >= 0
+        total = np.zeros((ns, dim))
+        np.add.at(total, s[keep], rows[i[keep]].astype(np.float64))
+        n = np.bincount(s[keep], minlength=ns)
+        c = np.array(combiners)[np.arange(ns) % columns]
+        div = np.where(c == 1, np.maximum(n, 1),
+                       np.where(c == 2, np.sqrt(np.maximum(n, 1)), 1))
+        return total / div[:, None]
+
+    def combine(i, s):
+        return _ops.tnet_segment_combine(rows, i, s, ns, combiners).numpy()
+
+    runs = combine(idx, seg)
+    np.testing.assert_allclose(runs, numpy_combine(idx, seg),
+                               rtol=1e-5, atol=1e-5)
+    # An extra padding entry of segment 0 at the end (another thread's
+    # range) or of segment 1 after segment 2 (the same range).
+    assert list(seg[:4]) == [0, 1, 2, 5]
+    for at, s in ((len(idx), 0), (3, 1)):
+        i2 = np.insert(idx, at, -1).astype(np.int32)
+        s2 = np.insert(seg, at, s)
+        listed = combine(i2, s2)
+        assert listed.tobytes() == runs.tobytes(), (at, s)
+    # A real id of a segment met again, in the same range: added, not
+    # overwritten.
+    i3 = np.insert(idx, 3, 7).astype(np.int32)
+    s3 = np.insert(seg, 3, 1)
+    np.testing.assert_allclose(combine(i3, s3), numpy_combine(i3, s3),
+                               rtol=1e-5, atol=1e-5)
+    # Segments no entry reaches (example 0's ragged columns emptied) are 0.
+    empty = (seg % columns >= block) & (seg // columns == 0)
+    out = combine(idx[~empty], seg[~empty])
+    assert not out[block:columns].any()
+    np.testing.assert_allclose(out, numpy_combine(idx[~empty], seg[~empty]),
+                               rtol=1e-5, atol=1e-5)
+
 
 _HUGE_SEGMENTS = r"""
 import tnet

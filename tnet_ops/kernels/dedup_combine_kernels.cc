@@ -825,6 +825,118 @@ tf::Status ScanSegments(tf::OpKernelContext* ctx, const Segments& sg,
   return tf::OkStatus();
 }
 
+// What CombineRuns found.
+enum class RunsResult { kDone, kNotRuns, kBadEntry };
+
+// The segment combine when each segment's entries are one contiguous run
+// (the layer's order: a dense block row-major, then each ragged or sparse
+// piece in example order). The entries are cut into `parts` ranges at run
+// boundaries, one per thread; each part reads its runs in entry order,
+// checks every entry of a run before reading any of its rows, sums the
+// run's rows times the segment's factor (1 / count for a mean, from the
+// run's valid ids) into registers, and stores the segment once: the sums
+// of the listing path, in the same order, with no pass listing the
+// entries per part. Each part marks the segments it wrote in its own
+// bitmap; a segment met twice (in one part or two) means the entries are
+// not in runs: kNotRuns, and the caller's listing path rewrites every
+// output row. Segments no run reached are zeroed. kBadEntry: some entry is
+// out of range (the caller names it); no row was read for it.
+template <int D>
+RunsResult CombineRuns(tf::OpKernelContext* ctx, const Segments& sg,
+                       int64_t num_rows, const float* rows, float* out,
+                       int64_t parts) {
+  const int64_t ns = sg.num_segments;
+  const int64_t words = (ns + 63) / 64;
+  std::vector<std::vector<uint64_t>> marks;
+  std::vector<int64_t> bound(parts + 1, sg.entries);
+  try {
+    marks.assign(parts, std::vector<uint64_t>(words, 0));
+  } catch (const std::bad_alloc&) {
+    return RunsResult::kNotRuns;
+  }
+  bound[0] = 0;
+  for (int64_t p = 1; p < parts; ++p) {
+    int64_t b = std::max(bound[p - 1], sg.entries * p / parts);
+    while (b > 0 && b < sg.entries && sg.seg[b] == sg.seg[b - 1]) ++b;
+    bound[p] = b;
+  }
+  bool uniform = true;  // one combiner for every column: no s % C per run
+  for (int64_t c = 1; c < sg.columns; ++c) {
+    uniform &= sg.combiners[c] == sg.combiners[0];
+  }
+  const uint64_t ids = static_cast<uint64_t>(num_rows) + 1;
+  // 0 fine, 1 a bad entry, 2 a segment met twice in one part.
+  std::vector<char> status(parts, 0);
+  RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      uint64_t* mine = marks[p].data();
+      const int64_t k1 = bound[p + 1];
+      int64_t k = bound[p];
+      while (k < k1) {
+        const int64_t s = sg.seg[k];
+        if (static_cast<uint64_t>(s) >= static_cast<uint64_t>(ns)) {
+          status[p] = 1;
+          break;
+        }
+        int64_t e = k;
+        int64_t count = 0;
+        bool bad = false;
+        for (; e < k1 && sg.seg[e] == s; ++e) {
+          bad |= static_cast<uint64_t>(int64_t{sg.idx[e]} + 1) >= ids;
+          count += sg.idx[e] >= 0;
+        }
+        if (bad) {
+          status[p] = 1;
+          break;
+        }
+        uint64_t& word = mine[s >> 6];
+        const uint64_t bit = uint64_t{1} << (s & 63);
+        if (word & bit) {
+          status[p] = 2;
+          break;
+        }
+        word |= bit;
+        const int32_t code = sg.combiners[uniform ? 0 : s % sg.columns];
+        const float f = Scale(code, count);
+        float acc[D] = {};
+        for (int64_t j = k; j < e; ++j) {
+          if (j + kAhead < k1 && static_cast<uint64_t>(sg.idx[j + kAhead]) <
+                                     static_cast<uint64_t>(num_rows)) {
+            __builtin_prefetch(rows + int64_t{sg.idx[j + kAhead]} * D);
+          }
+          if (sg.idx[j] >= 0) {
+            Axpy<D>(acc, rows + int64_t{sg.idx[j]} * D, f, D);
+          }
+        }
+        std::memcpy(out + s * D, acc, sizeof(acc));
+        k = e;
+      }
+    }
+  });
+  for (char st : status) {
+    if (st == 1) return RunsResult::kBadEntry;
+  }
+  for (char st : status) {
+    if (st == 2) return RunsResult::kNotRuns;
+  }
+  // A segment two parts wrote was split over two runs; a segment none
+  // wrote gets zeros.
+  for (int64_t w = 0; w < words; ++w) {
+    uint64_t any = 0;
+    for (int64_t p = 0; p < parts; ++p) {
+      if (any & marks[p][w]) return RunsResult::kNotRuns;
+      any |= marks[p][w];
+    }
+    const int64_t hi = std::min<int64_t>(64, ns - w * 64);
+    const uint64_t full = hi == 64 ? ~uint64_t{0} : (uint64_t{1} << hi) - 1;
+    if (any == full) continue;
+    for (int64_t b = 0; b < hi; ++b) {
+      if (!(any >> b & 1)) std::memset(out + (w * 64 + b) * D, 0, sizeof(float) * D);
+    }
+  }
+  return RunsResult::kDone;
+}
+
 }  // namespace
 
 class TnetSegmentCombineOp : public tf::OpKernel {
@@ -884,6 +996,21 @@ class TnetSegmentCombineOp : public tf::OpKernel {
       });
       if (!good) OP_REQUIRES_OK(ctx, FirstBadEntry(sg, num_rows));
       return;
+    }
+    // Entries in runs (the layer's order) need no listing: one range of
+    // entries per part. Any other order falls through to the listing path.
+    if (compiled && !scanned) {
+      RunsResult runs = RunsResult::kNotRuns;
+      DispatchDim(dim, [&](auto kDim) {
+        constexpr int D = decltype(kDim)::value;
+        if constexpr (D > 0) {
+          runs = CombineRuns<D>(ctx, sg, num_rows, rows, out, parts);
+        }
+      });
+      if (runs == RunsResult::kBadEntry) {
+        OP_REQUIRES_OK(ctx, FirstBadEntry(sg, num_rows));
+      }
+      if (runs == RunsResult::kDone) return;
     }
     bool all_sum = true;
     for (int64_t c = 0; c < sg.columns; ++c) all_sum &= sg.combiners[c] == kSum;
