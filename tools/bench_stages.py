@@ -21,6 +21,10 @@ Stages, each its own `tf.function`, timed in turn within every repeat
   pull     SparseTablePull of the unique keys (training: all present)
   combine  TnetEmbedCombine: every column's mean into [B, 30 * 16]
   grad     TnetEmbedCombineGrad: dE [U, 16] summed per key
+  combine_seg, grad_seg: the same with M1..M4 ragged, as bench_train feeds
+           them: TnetSegmentCombine over the 26 single columns (row-major)
+           and each multi-valued column's ids in example order (the
+           layer's merged order), and its gradient
   push     SparseTablePush (Adagrad, unique_keys=True)
 
   pull_ps0, pull_ps1, push_ps0, push_ps1: what each of 2 ps runs for the
@@ -84,8 +88,13 @@ LR = 0.05
 # Stage -> the reference whose traffic bounds it.
 REFERENCE = {"pull": "ref_gather_u", "combine": "ref_gather_n",
              "grad": "ref_scatter_n", "push": "ref_rmw_u",
-             "dedup": "ref_probe_n"}
+             "dedup": "ref_probe_n", "combine_seg": "ref_gather_n",
+             "grad_seg": "ref_scatter_n"}
 STAGES = ("keys", "dedup", "route", "pull", "combine", "grad", "push")
+# The same batch with M1..M4 ragged (bench_train's SPARSE-HEAVY input): the
+# layer's one segment combine over the block and the pieces, and its
+# gradient. Not in the sum (the same work as combine / grad).
+SEG_STAGES = ("combine_seg", "grad_seg")
 PS_STAGES = ("pull_ps0", "pull_ps1", "push_ps0", "push_ps1")
 REFS = ("ref_gather_u", "ref_gather_n", "ref_scatter_n", "ref_rmw_u",
         "ref_probe_n")
@@ -209,6 +218,41 @@ def main(argv=None) -> int:
                                             tf.cast(n_uniq, tf.int64))
 
     de = grad_fn(dout)
+
+    # The layer's merged order when M1..M4 come ragged: the single columns
+    # row-major (segment b * C + j), then each multi-valued column's valid
+    # ids in example order.
+    idx_np = idx2.numpy()
+    n_cols, n_single = len(names), len(cats)
+    b_of = np.arange(args.batch)
+    seg_idx = [idx_np[:, :n_single].reshape(-1)]
+    seg_seg = [(b_of[:, None] * n_cols + np.arange(n_single)).reshape(-1)]
+    for m in range(len(multi)):
+        block = idx_np[:, n_single + 50 * m:n_single + 50 * (m + 1)]
+        keep = block >= 0
+        seg_idx.append(block[keep])
+        seg_seg.append(np.repeat(b_of * n_cols + n_single + m,
+                                 keep.sum(axis=1)))
+    seg_idx = tf.constant(np.concatenate(seg_idx).astype(np.int32))
+    seg_seg = tf.constant(np.concatenate(seg_seg).astype(np.int64))
+    n_seg = args.batch * n_cols
+
+    @tf.function
+    def combine_seg_fn(e):
+        return _ops.tnet_segment_combine(e, seg_idx, seg_seg, n_seg, codes)
+
+    dout_seg = tf.reshape(dout, [n_seg, DIM])
+
+    @tf.function
+    def grad_seg_fn(g):
+        return _ops.tnet_segment_combine_grad(
+            g, seg_idx, seg_seg, n_seg, codes, tf.cast(n_uniq, tf.int64))
+
+    np.testing.assert_allclose(
+        tf.reshape(combine_seg_fn(e), tf.shape(out)).numpy(), out.numpy(),
+        rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad_seg_fn(dout_seg).numpy(), de.numpy(),
+                               rtol=1e-4, atol=1e-6)
     step = tf.Variable(1, dtype=tf.int64)
     # Per ps: each shard's kernels on its part of the batch's unique keys.
     route = table2.route(uniq)
@@ -263,6 +307,8 @@ def main(argv=None) -> int:
         "pull": lambda: pull_fn(uniq),
         "combine": lambda: combine_fn(e),
         "grad": lambda: grad_fn(dout),
+        "combine_seg": lambda: combine_seg_fn(e),
+        "grad_seg": lambda: grad_seg_fn(dout_seg),
         "push": lambda: push_fn(de),
         "pull_ps0": ps_pull(0), "pull_ps1": ps_pull(1),
         "push_ps0": ps_push(0), "push_ps1": ps_push(1),
@@ -286,7 +332,7 @@ def main(argv=None) -> int:
     values.update(refs)
     ms = {k: statistics.median(v) for k, v in values.items()}
     measurements = []
-    for name in STAGES + PS_STAGES + REFS:
+    for name in STAGES + SEG_STAGES + PS_STAGES + REFS:
         ref = REFERENCE.get(name)
         ratios = (bc.paired_ratios(values[name], values[ref]) if ref
                   else None)
