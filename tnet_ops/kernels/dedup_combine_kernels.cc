@@ -931,7 +931,9 @@ RunsResult CombineRuns(tf::OpKernelContext* ctx, const Segments& sg,
     const uint64_t full = hi == 64 ? ~uint64_t{0} : (uint64_t{1} << hi) - 1;
     if (any == full) continue;
     for (int64_t b = 0; b < hi; ++b) {
-      if (!(any >> b & 1)) std::memset(out + (w * 64 + b) * D, 0, sizeof(float) * D);
+      if (!(any >> b & 1)) {
+        std::memset(out + (w * 64 + b) * D, 0, sizeof(float) * D);
+      }
     }
   }
   return RunsResult::kDone;
