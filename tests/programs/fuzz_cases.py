@@ -111,6 +111,9 @@ def materialize(spec: dict) -> np.ndarray:
         return np.asarray(value, npt).reshape(shape)
     if fill == "mod":  # ints in [0, value): valid indices
         return rng.integers(0, max(int(value), 1), n).astype(npt).reshape(shape)
+    if fill == "sorted_mod":  # the same, sorted (segments in runs)
+        return np.sort(rng.integers(0, max(int(value), 1), n)).astype(
+            npt).reshape(shape)
     if fill == "range":
         return (np.arange(n) % 2 if npt.kind == "b" else np.arange(n)).astype(
             npt).reshape(shape)
@@ -511,8 +514,11 @@ def segment_combine_case(draw) -> dict:
     idx = draw(mostly(st.just(_ints("int32", [k], u, seed)),
                       tensor(st.sampled_from(["int32", "int64"]),
                              st.lists(sizes, min_size=0, max_size=2))))
-    segments = draw(mostly(st.just(_ints("int64", [k], max(segs, 1), seed)),
-                           tensor("int64", st.lists(sizes, max_size=2))))
+    valid_segments = _ints("int64", [k], max(segs, 1), seed)
+    segments = draw(mostly(  # random order, or in runs (the layer's order)
+        st.sampled_from([valid_segments,
+                         {**valid_segments, "fill": "sorted_mod"}]),
+        tensor("int64", st.lists(sizes, max_size=2))))
     num_segments = draw(mostly(scalar("int64", [segs]),
                                scalar("int64", [-1, c + 1, 2**40, I64_MIN])))
     combiners = draw(mostly(st.just(_ints("int32", [c], 3, seed)),
