@@ -192,6 +192,24 @@ def test_embed_combine_rejects_bad_input():
     rows = tf.zeros([4, 2])
     with pytest.raises(tf.errors.InvalidArgumentError, match="not in"):
         _ops.tnet_embed_combine(rows, [[0, 4]], [2], [0])
+    # A batch whose check is split over the threads: the first bad entry
+    # is named wherever it sits, forward and gradient.
+    good = np.zeros((4096, 130), np.int32)
+    for at, value in ((0, 4), (good.size - 1, -2), (good.size // 2 + 7, 9)):
+        bad = good.copy().reshape(-1)
+        bad[at] = value
+        bad[at + 1:at + 3] = 99  # later bad entries are not the one named
+        bad = bad.reshape(good.shape)
+        for call in (lambda: _ops.tnet_embed_combine(rows, bad, [130], [1]),
+                     lambda: _ops.tnet_embed_combine_grad(
+                         tf.zeros([4096, 2]), bad, [130], [1], 4)):
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match=rf"idx \(flat\) \[{at}\] = {value} "
+                                     "is not in"):
+                call()
+    np.testing.assert_array_equal(
+        _ops.tnet_embed_combine(rows, good, [130], [1]).numpy(),
+        np.zeros((4096, 2)))
     with pytest.raises(tf.errors.InvalidArgumentError, match="widths sum"):
         _ops.tnet_embed_combine(rows, [[0, 1]], [1], [0])
     with pytest.raises(tf.errors.InvalidArgumentError, match="combiners"):
