@@ -159,7 +159,7 @@ def _reference(rows, idx, widths, combiners):
     return out
 
 
-@pytest.mark.parametrize("batch", [0, 3, 300])
+@pytest.mark.parametrize("batch", [0, 3, 300, 8192])  # 8192: two parts
 def test_embed_combine_and_gradient_match_stock(batch):
     widths, combiners = [1, 4, 2, 1], ["sum", "mean", "sqrtn", "mean"]
     u, dim = 13, 5

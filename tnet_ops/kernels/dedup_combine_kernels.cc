@@ -622,34 +622,43 @@ class TnetEmbedCombineGradOp : public tf::OpKernel {
     }
     const float* sc = scaled ? scale.data() : nullptr;
     const int64_t parts = Parts(ctx, lay.batch * lay.width, num_rows);
+    std::vector<int32_t> column_of(lay.width);  // a slot's column
+    for (int64_t c = 0; c < lay.columns; ++c) {
+      for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {
+        column_of[j] = static_cast<int32_t>(c);
+      }
+    }
     DispatchDim(dim, [&](auto kDim) {
     constexpr int D = decltype(kDim)::value;
     RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
-      int32_t* const mine = EntryList(2 * lay.batch * lay.width);
-      int32_t* const group = mine + lay.batch * lay.width;
+      // The slots (b * W + j) whose row this part owns, listed in one flat
+      // pass without a branch; the example and column of a slot are found
+      // again while adding (the slots come in increasing order).
+      int32_t* const mine = EntryList(lay.batch * lay.width);
+      const int64_t total = lay.batch * lay.width;
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t lo = num_rows * p / parts;
         const uint32_t span =
             static_cast<uint32_t>(num_rows * (p + 1) / parts - lo);
         int64_t n = 0;
-        for (int64_t b = 0; b < lay.batch; ++b) {
-          const int64_t i0 = b * lay.width;
-          for (int64_t c = 0; c < lay.columns; ++c) {
-            const int32_t g = static_cast<int32_t>(b * lay.columns + c);
-            for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {
-              mine[n] = static_cast<int32_t>(i0 + j);
-              group[n] = g;
-              n += static_cast<uint32_t>(lay.idx[i0 + j] - lo) < span;
-            }
-          }
+        for (int64_t k = 0; k < total; ++k) {
+          mine[n] = static_cast<int32_t>(k);
+          n += static_cast<uint32_t>(lay.idx[k] - lo) < span;
         }
+        int64_t b = 0;
+        int64_t first = 0;  // example b's first slot
         for (int64_t t = 0; t < n; ++t) {
           if (t + kAhead < n) {
             __builtin_prefetch(
                 out + static_cast<int64_t>(lay.idx[mine[t + kAhead]]) * dim, 1);
           }
-          const int64_t g = group[t];
-          Axpy<D>(out + static_cast<int64_t>(lay.idx[mine[t]]) * dim,
+          const int64_t k = mine[t];
+          while (k >= first + lay.width) {
+            ++b;
+            first += lay.width;
+          }
+          const int64_t g = b * lay.columns + column_of[k - first];
+          Axpy<D>(out + static_cast<int64_t>(lay.idx[k]) * dim,
                   grad + g * dim, sc != nullptr ? sc[g] : 1.0f, dim);
         }
       }
