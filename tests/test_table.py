@@ -446,6 +446,39 @@ def test_push_over_the_pulls_route_equals_a_push_of_the_keys(num_shards):
     assert not np.array_equal(a.pull(keys).numpy(), batch.rows.numpy())
 
 
+@pytest.mark.parametrize("dim", [1, 8, 16])
+def test_sharded_pull_push_import_equal_one_shard(dim):
+    """A 3-shard table splits rows by the route's positions and puts the
+    pulled rows back in the keys' order (dynamic_stitch up to dim 8, a
+    gather through the inverse permutation above): pulls with repeated
+    keys, pushes with shows and clicks, and import_rows give exactly what
+    a one-shard table gives. A gradient with a row per key too many is
+    an error, not a silent partial push."""
+    rng = np.random.default_rng(dim)
+    keys = rng.integers(-10**6, 10**6, 3000)
+    uniq = np.unique(keys)
+    rng.shuffle(uniq)
+    grads = rng.normal(0, 0.1, (len(uniq), dim)).astype(np.float32)
+    shows = rng.integers(1, 4, len(uniq)).astype(np.float32)
+    clicks = rng.integers(0, 2, len(uniq)).astype(np.float32)
+    one, three = (tn.SparseTable(f"shards{n}_{dim}", dim, "adagrad",
+                                 num_shards=n, seed=2) for n in (1, 3))
+    np.testing.assert_array_equal(three.pull(keys, training=True).numpy(),
+                                  one.pull(keys, training=True).numpy())
+    for t in (one, three):
+        t.push(uniq, grads, learning_rate=0.1, step=3, shows=shows,
+               clicks=clicks, unique_keys=True)
+    np.testing.assert_array_equal(three.pull(keys).numpy(),
+                                  one.pull(keys).numpy())
+    _assert_same_rows(one, three)
+    copy = tn.SparseTable(f"shards_copy_{dim}", dim, "adagrad", num_shards=3)
+    copy.import_rows(*one.export())
+    _assert_same_rows(one, copy)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one row per key"):
+        three.push(uniq, np.zeros((len(uniq) + 1, dim), np.float32),
+                   learning_rate=0.1)
+
+
 @pytest.mark.parametrize("between", ["permuted", "other_keys", "none"])
 def test_push_after_a_pull_of_other_keys_updates_the_right_rows(between):
     """A shard keeps its last training pull's grouping of the keys by
