@@ -474,9 +474,15 @@ def test_sharded_pull_push_import_equal_one_shard(dim):
     copy = tn.SparseTable(f"shards_copy_{dim}", dim, "adagrad", num_shards=3)
     copy.import_rows(*one.export())
     _assert_same_rows(one, copy)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="one row per key"):
+    with pytest.raises(ValueError, match="one row per key"):
         three.push(uniq, np.zeros((len(uniq) + 1, dim), np.float32),
                    learning_rate=0.1)
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64),
+                                  tf.TensorSpec([None, dim], tf.float32)])
+    def push(k, g):
+        three.push(k, g, learning_rate=0.1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one row per key"):
+        push(uniq, np.zeros((len(uniq) + 1, dim), np.float32))
 
 
 @pytest.mark.parametrize("between", ["permuted", "other_keys", "none"])

@@ -27,6 +27,7 @@ Feature lifecycle (all of it runs inside each shard, on its ps):
 """
 from __future__ import annotations
 
+
 import functools
 import itertools
 import math
@@ -74,21 +75,36 @@ class RowRoute(NamedTuple):
     where: Optional[list] = None          # per shard: their positions in keys
 
 
-def _partition_rows(t, where):
-    """t's rows split as a route split its keys (`where`: per shard, the
-    positions of its keys, ascending): exactly `tf.dynamic_partition(t,
-    shard)`, but one gather per shard. DynamicPartition copies a 2-D
+def _partition_rows(t, route):
+    """t's rows split as the route split its keys: exactly
+    `tf.dynamic_partition(t, route.shard)`, but one gather per shard of
+    the positions the route keeps (`where`). DynamicPartition copies a 2-D
     tensor row by row through an Eigen slice (~60 ns a row whatever its
     width: 8 ms for the 128k gradient rows of a SPARSE-HEAVY push against
-    ~1 ms gathered; BENCHMARKS "The route's partition and stitch")."""
-    rows, keys = tf.shape(t, out_type=tf.int64)[0], tf.size(
-        tf.concat(where, 0), out_type=tf.int64)
-    check = tf.debugging.assert_equal(
-        rows, keys, message="SparseTable: one row per key is needed "
-        "(gradients, shows, clicks, weights, slots and meta have as many "
-        "rows as there are keys)")
-    with tf.control_dependencies([check]):
-        return [tf.gather(t, w) for w in where]
+    ~1 ms gathered; BENCHMARKS "The route's partition and stitch").
+    `_rows_check` says whether t has one row per key."""
+    return [tf.gather(t, w) for w in route.where]
+
+
+def _rows_check(route, *tensors):
+    """Ops that fail unless each of `tensors` has one row per route key: a
+    known mismatch is a ValueError now. The ops that send the rows to the
+    shards run after them (control dependencies on the gathers moved
+    those under ParameterServerStrategy: the shows went to a ps whole)."""
+    keys = route.keys.shape[0]
+    for t in tensors:
+        rows = t.shape[0]
+        if rows is not None and keys is not None and rows != keys:
+            raise ValueError(
+                f"SparseTable: one row per key is needed, got {rows} rows "
+                f"for {keys} keys (gradients, shows, clicks, weights, slots "
+                "and meta have as many rows as there are keys)")
+    n = tf.shape(route.keys, out_type=tf.int64)[0]
+    return [tf.debugging.assert_equal(
+        tf.shape(t, out_type=tf.int64)[0], n,
+        message="SparseTable: one row per key is needed (gradients, shows, "
+        "clicks, weights, slots and meta have as many rows as there are "
+        "keys)") for t in tensors]
 
 
 def _stitch_rows(where, parts, dim):
@@ -429,14 +445,16 @@ class SparseTable(tf.Module):
                     step, shows, clicks, dim=self.dim,
                     unique_keys=unique_keys)
         n = self.num_shards
-        g_parts = _partition_rows(grads, route.where)
-        s_parts = (_partition_rows(shows, route.where)
+        g_parts = _partition_rows(grads, route)
+        s_parts = (_partition_rows(shows, route)
                    if shows is not empty else [empty] * n)
-        c_parts = (_partition_rows(clicks, route.where)
+        c_parts = (_partition_rows(clicks, route)
                    if clicks is not empty else [empty] * n)
+        checks = _rows_check(route, grads, *[t for t in (shows, clicks)
+                                             if t is not empty])
         ops = []
         for i in range(n):
-            with tf.device(self.devices[i]):
+            with tf.device(self.devices[i]), tf.control_dependencies(checks):
                 ops.append(_ops.sparse_table_push(
                     self.shards[i].resource_handle, route.parts[i],
                     g_parts[i], lr, step, s_parts[i], c_parts[i],
@@ -585,14 +603,16 @@ class SparseTable(tf.Module):
                              slots, meta, dim=self.dim)
         route = self.route(keys)
         n = self.num_shards
-        parts = [route.parts] + [_partition_rows(t, route.where)
+        parts = [route.parts] + [_partition_rows(t, route)
                                  for t in (weights, slots, meta)]
         ops = []
-        for i in range(n):
-            ops.append(_shard_op(
-                _ops.sparse_table_import, self.shards[i].resource_handle,
-                parts[0][i], parts[1][i], parts[2][i], parts[3][i],
-                dim=self.dim))
+        with tf.control_dependencies(_rows_check(route, weights, slots,
+                                                 meta)):
+            for i in range(n):
+                ops.append(_shard_op(
+                    _ops.sparse_table_import, self.shards[i].resource_handle,
+                    parts[0][i], parts[1][i], parts[2][i], parts[3][i],
+                    dim=self.dim))
         return tf.group(ops)
 
     def import_shard(self, shard: int, keys, weights, slots, meta):
