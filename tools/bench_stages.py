@@ -16,8 +16,14 @@ Stages, each its own `tf.function`, timed in turn within every repeat
 
   keys     ids [B, W] -> salted int64 keys + padding mask     (fc.keys_of)
   dedup    TnetUnique: unique keys, idx per id, shows per key
-  route    floormod by 2 shards + dynamic_partition / stitch of the unique
-           keys (what a 2-ps pull does before its RPCs; 0 in one process)
+  route    what a worker does around the RPCs of a 2-shard table: route
+           the unique keys (floormod, dynamic_partition of keys and
+           positions), put the rows pulled per shard back in key order
+           and split dE [U, 16] and the shows per shard for the push (the
+           table's own code; 0 in one process)
+  route_dynpart  the same with dynamic_stitch / dynamic_partition for the
+           rows, as the table did before (2-D DynamicPartition copies row
+           by row)
   pull     SparseTablePull of the unique keys (training: all present)
   combine  TnetEmbedCombine: every column's mean into [B, 30 * 16]
   grad     TnetEmbedCombineGrad: dE [U, 16] summed per key
@@ -75,6 +81,7 @@ import tensorflow as tf  # noqa: E402
 
 from tnet import _ops  # noqa: E402
 from tnet import feature_column as fc  # noqa: E402
+from tnet import table as tn_table  # noqa: E402
 from tnet.data.synthetic import SyntheticCriteo  # noqa: E402
 from tnet.layers import lookup  # noqa: E402
 
@@ -94,7 +101,7 @@ STAGES = ("keys", "dedup", "route", "pull", "combine", "grad", "push")
 # The same batch with M1..M4 ragged (bench_train's SPARSE-HEAVY input): the
 # layer's one segment combine over the block and the pieces, and its
 # gradient. Not in the sum (the same work as combine / grad).
-SEG_STAGES = ("combine_seg", "grad_seg")
+SEG_STAGES = ("combine_seg", "grad_seg", "route_dynpart")
 PS_STAGES = ("pull_ps0", "pull_ps1", "push_ps0", "push_ps1")
 REFS = ("ref_gather_u", "ref_gather_n", "ref_scatter_n", "ref_rmw_u",
         "ref_probe_n")
@@ -192,11 +199,20 @@ def main(argv=None) -> int:
     idx2 = tf.reshape(idx, tf.shape(ids))
 
     @tf.function
-    def route_fn(u):
+    def route_fn(u, rows_per_shard, de, shows):
+        route = table2.route(u)
+        return (tn_table._stitch_rows(route.where, rows_per_shard, DIM),
+                tn_table._partition_rows(de, route),
+                tn_table._partition_rows(shows, route))
+
+    @tf.function
+    def route_dynpart_fn(u, rows_per_shard, de, shows):
         shard = tf.cast(tf.math.floormod(u, 2), tf.int32)
-        parts = tf.dynamic_partition(u, shard, 2)
         where = tf.dynamic_partition(tf.range(tf.size(u)), shard, 2)
-        return tf.dynamic_stitch(where, parts)
+        _ = tf.dynamic_partition(u, shard, 2)
+        return (tf.dynamic_stitch(where, rows_per_shard),
+                tf.dynamic_partition(de, shard, 2),
+                tf.dynamic_partition(shows, shard, 2))
 
     @tf.function
     def pull_fn(u):
@@ -260,6 +276,11 @@ def main(argv=None) -> int:
     ps_keys = [tf.identity(k) for k in route.parts]
     ps_grads = tf.dynamic_partition(de, route.shard, 2)
     ps_shows = tf.dynamic_partition(shows, route.shard, 2)
+    e_per_shard = [tf.gather(e, w) for w in route.where]
+    route_args = (uniq, e_per_shard, de, shows)
+    for a, b in zip(tf.nest.flatten(route_fn(*route_args)),
+                    tf.nest.flatten(route_dynpart_fn(*route_args))):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
     lr_t = tf.constant(LR, tf.float32)
     no_clicks = tf.zeros([0], tf.float32)
 
@@ -303,7 +324,8 @@ def main(argv=None) -> int:
     cases = {
         "keys": lambda: keys_fn(ids),
         "dedup": lambda: dedup_fn(keys, valid),
-        "route": lambda: route_fn(uniq),
+        "route": lambda: route_fn(*route_args),
+        "route_dynpart": lambda: route_dynpart_fn(*route_args),
         "pull": lambda: pull_fn(uniq),
         "combine": lambda: combine_fn(e),
         "grad": lambda: grad_fn(dout),
