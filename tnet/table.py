@@ -27,7 +27,6 @@ Feature lifecycle (all of it runs inside each shard, on its ps):
 """
 from __future__ import annotations
 
-
 import functools
 import itertools
 import math
@@ -82,15 +81,16 @@ def _partition_rows(t, route):
     tensor row by row through an Eigen slice (~60 ns a row whatever its
     width: 8 ms for the 128k gradient rows of a SPARSE-HEAVY push against
     ~1 ms gathered; BENCHMARKS "The route's partition and stitch").
-    `_rows_check` says whether t has one row per key."""
+    `_rows_check` makes the ops that consume the parts check t's rows."""
     return [tf.gather(t, w) for w in route.where]
 
 
 def _rows_check(route, *tensors):
-    """Ops that fail unless each of `tensors` has one row per route key: a
-    known mismatch is a ValueError now. The ops that send the rows to the
-    shards run after them (control dependencies on the gathers moved
-    those under ParameterServerStrategy: the shows went to a ps whole)."""
+    """Ops that fail unless each of `tensors` has one row per route key (a
+    mismatch known now is a ValueError now). Callers make the per-shard ops
+    wait on them, not the gathers: under ParameterServerStrategy, gathers
+    that waited on a check were placed on a ps, which then received the
+    whole shows vector (405 KB a SPARSE-HEAVY step)."""
     keys = route.keys.shape[0]
     for t in tensors:
         rows = t.shape[0]
