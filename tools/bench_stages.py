@@ -201,7 +201,8 @@ def main(argv=None) -> int:
     @tf.function
     def route_fn(u, rows_per_shard, de, shows):
         route = table2.route(u)
-        return (tn_table._stitch_rows(route.where, rows_per_shard, DIM),
+        return (route.parts,
+                tn_table._stitch_rows(route.where, rows_per_shard, DIM),
                 tn_table._partition_rows(de, route),
                 tn_table._partition_rows(shows, route))
 
@@ -209,8 +210,8 @@ def main(argv=None) -> int:
     def route_dynpart_fn(u, rows_per_shard, de, shows):
         shard = tf.cast(tf.math.floormod(u, 2), tf.int32)
         where = tf.dynamic_partition(tf.range(tf.size(u)), shard, 2)
-        _ = tf.dynamic_partition(u, shard, 2)
-        return (tf.dynamic_stitch(where, rows_per_shard),
+        return (tf.dynamic_partition(u, shard, 2),
+                tf.dynamic_stitch(where, rows_per_shard),
                 tf.dynamic_partition(de, shard, 2),
                 tf.dynamic_partition(shows, shard, 2))
 
