@@ -91,20 +91,17 @@ def _rows_check(route, *tensors):
     wait on them, not the gathers: under ParameterServerStrategy, gathers
     that waited on a check were placed on a ps, which then received the
     whole shows vector (405 KB a SPARSE-HEAVY step)."""
+    what = ("SparseTable: one row per key is needed (gradients, shows, "
+            "clicks, weights, slots and meta have as many rows as there are "
+            "keys)")
     keys = route.keys.shape[0]
     for t in tensors:
         rows = t.shape[0]
         if rows is not None and keys is not None and rows != keys:
-            raise ValueError(
-                f"SparseTable: one row per key is needed, got {rows} rows "
-                f"for {keys} keys (gradients, shows, clicks, weights, slots "
-                "and meta have as many rows as there are keys)")
+            raise ValueError(f"{what}; got {rows} rows for {keys} keys")
     n = tf.shape(route.keys, out_type=tf.int64)[0]
-    return [tf.debugging.assert_equal(
-        tf.shape(t, out_type=tf.int64)[0], n,
-        message="SparseTable: one row per key is needed (gradients, shows, "
-        "clicks, weights, slots and meta have as many rows as there are "
-        "keys)") for t in tensors]
+    return [tf.debugging.assert_equal(tf.shape(t, out_type=tf.int64)[0], n,
+                                      message=what) for t in tensors]
 
 
 def _stitch_rows(where, parts, dim):
