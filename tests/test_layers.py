@@ -9,6 +9,7 @@ import tf_keras
 
 import tnet as tn
 from tnet import feature_column as fc
+from tnet import scopes
 
 DIM = 4
 LR = 0.1
@@ -404,6 +405,65 @@ def test_dense_and_ragged_columns_in_any_order(order):
     for k, g in want_grad.items():
         np.testing.assert_array_equal(got_grad[k], g)
     assert np.abs(np.stack(list(want_grad.values()))).sum() > 0
+
+
+@pytest.mark.parametrize("dtype", [tf.int64, tf.string])
+def test_padded_columns_take_the_ragged_path_exactly(dtype):
+    """A [B, L] column padded with -1 / "" is compacted (TnetCompactIds) and
+    combined as the same ids given ragged: the layer output and every
+    row's gradient are bit-identical; a serving export uses stock ops."""
+    rng = np.random.default_rng(5)
+    b = 9
+    pad = rng.integers(0, 6, (b, 5))
+    pad[rng.random((b, 5)) < 0.5] = -1
+    pad[2] = -1  # an all-padding row
+    lists = [[i for i in row if i >= 0] for row in pad]
+    conv = (lambda a: np.where(a < 0, "", a.astype(str)).astype(object)) \
+        if dtype == tf.string else (lambda a: a)
+    single = rng.integers(0, 4, b)
+    forms = {"padded": tf.constant(conv(pad), dtype),
+             "ragged": tf.ragged.constant(
+                 [list(conv(np.array(r, np.int64))) for r in lists],
+                 dtype=dtype, ragged_rank=1)}
+    upstream = rng.normal(size=(b, 2 * DIM)).astype(np.float32)
+    got = {}
+    for form, ids in forms.items():
+        cols = [fc.embedding_column(fc.category_column("m", dtype=dtype), DIM,
+                                    combiner="mean", table="t"),
+                fc.embedding_column(fc.category_column("one"), DIM,
+                                    table="t")]
+        layer = tn.layers.EmbeddingFeatures(cols)
+        out, keys, rows, grad = _recorded_step(
+            layer, {"m": ids, "one": single}, upstream)
+        got[form] = (out, dict(zip(keys.tolist(), grad)))
+        if form == "padded":
+            graph = tf.function(lambda: layer(
+                {"m": ids, "one": single}, training=True)
+            ).get_concrete_function().graph
+            types = {op.type for op in graph.get_operations()}
+            assert "TnetCompactIds" in types
+            assert "TnetEmbedCombine" not in types
+    np.testing.assert_array_equal(got["padded"][0], got["ragged"][0])
+    assert got["padded"][1].keys() == got["ragged"][1].keys()
+    for k, g in got["ragged"][1].items():
+        np.testing.assert_array_equal(got["padded"][1][k], g)
+    assert np.abs(got["padded"][0]).sum() > 0
+    assert not got["padded"][0][2, :DIM].any()  # all padding: zeros
+
+    column = fc.category_column("m", dtype=dtype)
+
+    def op_types():
+        graph = tf.function(lambda: fc.padded_to_keys(
+            column, forms["padded"])[0]).get_concrete_function().graph
+        return {op.type for op in graph.get_operations()}
+
+    assert "TnetCompactIds" in op_types()
+    with scopes.serving_lookups({object(): None}):  # any table: serving
+        assert "TnetCompactIds" not in op_types()
+        served = fc.padded_to_keys(column, forms["padded"])
+    trained = fc.padded_to_keys(column, forms["padded"])
+    for a, c in zip(served[:3], trained[:3]):
+        np.testing.assert_array_equal(a.numpy(), c.numpy())
 
 
 @pytest.mark.parametrize("order", [("d1", "r1", "s1", "d2", "r2", "ds"),

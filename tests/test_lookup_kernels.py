@@ -583,6 +583,34 @@ def test_row_ids_equal_value_rowids(dtype, lengths):
     np.testing.assert_array_equal(got.numpy(), ragged.value_rowids().numpy())
 
 
+@pytest.mark.parametrize("dtype", ["int64", "int32", "string"])
+@pytest.mark.parametrize("shape", [(0, 5), (4, 0), (1, 1), (7, 4),
+                                   (4096, 50)])
+def test_compact_ids_equal_ragged_boolean_mask(dtype, shape):
+    """TnetCompactIds drops exactly the padding (-1 / "") of a [B, L]
+    block: the flat values and row ids of tf.ragged.boolean_mask."""
+    ids = RNG.integers(-1, 9, shape)
+    ids[RNG.random(shape) < 0.4] = -1
+    if shape[0] > 2:
+        ids[1] = -1  # an all-padding row
+    if dtype == "string":
+        t = tf.constant(np.where(ids < 0, "", ids.astype(str)).astype(object),
+                        tf.string) if ids.size else tf.zeros(shape, tf.string)
+    else:
+        t = tf.constant(ids, dtype)
+    values, rows = _ops.tnet_compact_ids(t)
+    want = tf.ragged.boolean_mask(t, tn.feature_column.not_padding(t))
+    assert values.dtype == t.dtype and rows.dtype == tf.int64
+    np.testing.assert_array_equal(values.numpy(), want.flat_values.numpy())
+    np.testing.assert_array_equal(rows.numpy(), want.value_rowids().numpy())
+
+
+def test_compact_ids_rejects_a_non_matrix():
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError),
+                       match="matrix|rank"):
+        _ops.tnet_compact_ids(tf.constant([1, -1, 2], tf.int64))
+
+
 @pytest.mark.parametrize("splits, message", [
     ([], "non-empty"), ([3, 4], r"row_splits\[0\] must be 0"),
     ([0, 4, 2], "must not decrease"), ([0, 2**40], "at most 2.31 - 1")])

@@ -224,6 +224,24 @@ def ids_to_masked_keys(column: CategoryColumn, ids: Any,
             not_padding(values))
 
 
+def padded_to_keys(column: CategoryColumn, ids: tf.Tensor,
+                   salted: bool = False):
+    """A [B, L] id tensor padded with -1 / "" as the keys of its ids without
+    the padding, as `ids_to_masked_keys` gives a ragged column's: (keys
+    int64 [K], example int64 [K], batch_size, None: no padding is left).
+    One kernel pass in training; stock ops in a serving export."""
+    from tnet.scopes import serving_active  # noqa: PLC0415 (light module)
+    ids = check_id_dtype(column, ids)
+    if serving_active():
+        where = tf.where(not_padding(ids))
+        values, rows = tf.gather_nd(ids, where), where[:, 0]
+    else:
+        from tnet import _ops  # noqa: PLC0415
+        values, rows = _ops.tnet_compact_ids(ids)
+    return (_to_keys(column, values, salted), rows,
+            tf.shape(ids, out_type=tf.int64)[0], None)
+
+
 def _truncate_recent(values, rows, batch, max_length):
     """Keeps each example's last max_length ids; returns their positions."""
     counts = tf.math.unsorted_segment_sum(tf.ones_like(rows), rows, batch)

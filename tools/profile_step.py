@@ -126,7 +126,7 @@ def report(pairs):
     print("| step wall (min / median) | " + " | ".join(f"{min(res[l][1]):.1f} / {statistics.median(res[l][1]):.1f}" for l in labels) + " |")
 
 
-def trace(steps, examples, trace_dir, blocks=1):
+def trace(steps, examples, trace_dir, blocks=1, form="ragged"):
     import tnet  # noqa: F401,PLC0415  (before TensorFlow)
     import tensorflow as tf  # noqa: PLC0415
     from tnet.data.synthetic import SyntheticCriteo  # noqa: PLC0415
@@ -135,7 +135,7 @@ def trace(steps, examples, trace_dir, blocks=1):
     _, multi, _ = sh.columns()
     gen = SyntheticCriteo(seed=0, scale=1.0, multi_valued=sh.MULTI_VALUED)
     f, y, _ = gen.batch(examples, "train")
-    ds = sparse_heavy_dataset(f, y, 4096, multi).repeat().prefetch(4)
+    ds = sparse_heavy_dataset(f, y, 4096, multi, form).repeat().prefetch(4)
     fn = sh.build_tnet(0.05).make_train_function()
     it = iter(ds)
 
@@ -175,6 +175,8 @@ def main():
                    help="print one traced step of DIR op by op, in time order")
     p.add_argument("--step", type=int, default=7,
                    help="which traced step --timeline prints")
+    p.add_argument("--form", choices=("ragged", "padded"), default="ragged",
+                   help="M1..M4 as RaggedTensor or [B, 50] padded with -1")
     args = p.parse_args()
     if args.timeline:
         timeline(args.timeline, args.step)
@@ -183,7 +185,7 @@ def main():
         report([a.split("=", 1) for a in args.parse])
         return 0
     trace(args.steps, args.examples, None if args.no_trace else args.trace,
-          args.blocks)
+          args.blocks, args.form)
     if args.no_trace:
         return 0
     report([("this commit", args.trace)])

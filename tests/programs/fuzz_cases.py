@@ -560,6 +560,28 @@ def row_ids_case(draw) -> dict:
             "args": {"row_splits": splits}}
 
 
+@st.composite
+def compact_ids_case(draw) -> dict:
+    """TnetCompactIds: mostly a [B, L] id block (int or string) with some
+    padding (-1 / ""); else any rank or dtype."""
+    rows, width = draw(st.integers(0, 40)), draw(st.integers(0, 60))
+    n = rows * width
+    ints = st.lists(st.sampled_from([-1, -1, 0, 7, -5, I32_MAX]),
+                    min_size=n, max_size=n)
+    strings = st.lists(st.sampled_from(["", "", "a", "bb", "x" * 70]),
+                       min_size=n, max_size=n)
+    block = st.one_of(
+        st.tuples(st.sampled_from(["int64", "int32"]), ints),
+        st.tuples(st.just("string"), strings)).map(
+            lambda dv: {"dtype": dv[0], "shape": [rows, width],
+                        "fill": "list", "value": dv[1], "seed": 0})
+    ids = draw(mostly(block, tensor(
+        st.sampled_from(["int64", "int32", "string", "float32"]),
+        st.lists(sizes, min_size=0, max_size=3))))
+    return {"op": "TnetCompactIds", "handle": None, "attrs": {},
+            "args": {"ids": ids}}
+
+
 NAMES = ["", "t", "x" * 300, "a/b", "bad name!", "\u00e9", "clash"]
 
 
@@ -637,6 +659,7 @@ TARGETED = {
     "TnetSegmentCombine": segment_combine_case(),
     "TnetSegmentCombineGrad": segment_combine_case(),
     "TnetRowIds": row_ids_case(),
+    "TnetCompactIds": compact_ids_case(),
 }
 
 

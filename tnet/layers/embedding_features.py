@@ -195,6 +195,9 @@ def _embed(layer, features, training, sequence: bool):
                                                      tf.RaggedTensor)):
                 given = ids
                 ids = _dense_ids(col.categorical_column, ids)
+                if ids.shape[1] != 1:  # padded [B, L]: taken as ragged
+                    general.append((index, col, ("padded", given, ids)))
+                    continue
                 blocks.setdefault(ids.dtype == tf.string, []).append(
                     (index, col, ids))
                 cat = col.categorical_column  # keys depend on name and dtype
@@ -216,6 +219,12 @@ def _embed(layer, features, training, sequence: bool):
                 k, r, b, p = fc.ids_to_keys(cat, ids, salted=salted,
                                             sequence=True)
                 valid = None
+            elif isinstance(ids, tuple):  # ("padded", as given, [B, L])
+                k, r, b, valid = lookup.traced_once(
+                    ("padded", salted, ids[1], cat.name, cat.dtype.name),
+                    lambda cat=cat, ids=ids[2]: fc.padded_to_keys(
+                        cat, ids, salted=salted))
+                p = None
             else:  # padding stays in place, masked (idx -1)
                 k, r, b, valid = lookup.traced_once(
                     ("general", salted, ids, cat.name, cat.dtype.name),

@@ -1301,6 +1301,62 @@ REGISTER_KERNEL_BUILDER(Name("TnetRowIds")
                             .TypeConstraint<int64_t>("Tsplits"),
                         TnetRowIdsOp<int64_t>);
 
+// A padded [B, L] id block without its padding (-1 / ""): the values in
+// row-major order and the row of each, i.e. a ragged column's flat values
+// and row ids, so a padded column takes the ragged path (its padding is
+// never keyed, deduplicated, listed or combined).
+template <typename T>
+bool IsPadding(const T& v) { return v == T(-1); }
+template <>
+bool IsPadding<tf::tstring>(const tf::tstring& v) { return v.empty(); }
+
+template <typename T>
+class TnetCompactIdsOp : public tf::OpKernel {
+ public:
+  using tf::OpKernel::OpKernel;
+
+  void Compute(tf::OpKernelContext* ctx) override {
+    const tf::Tensor& ids_t = ctx->input(0);
+    OP_REQUIRES(ctx, tf::TensorShapeUtils::IsMatrix(ids_t.shape()),
+                tf::errors::InvalidArgument(
+                    "ids must be a [batch, ids] matrix, got shape ",
+                    ids_t.shape().DebugString()));
+    const int64_t rows = ids_t.dim_size(0);
+    const int64_t width = ids_t.dim_size(1);
+    const T* ids = ids_t.flat<T>().data();
+    const int64_t total = rows * width;
+    int64_t n = 0;
+    for (int64_t k = 0; k < total; ++k) n += !IsPadding(ids[k]);
+    tf::Tensor* values_t = nullptr;
+    tf::Tensor* rows_t = nullptr;
+    OP_REQUIRES_OK(ctx,
+                   ctx->allocate_output(0, tf::TensorShape({n}), &values_t));
+    OP_REQUIRES_OK(ctx,
+                   ctx->allocate_output(1, tf::TensorShape({n}), &rows_t));
+    T* values = values_t->flat<T>().data();
+    int64_t* row_ids = rows_t->flat<int64_t>().data();
+    int64_t out = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = ids + r * width;
+      for (int64_t j = 0; j < width; ++j) {
+        if (IsPadding(row[j])) continue;
+        values[out] = row[j];
+        row_ids[out] = r;
+        ++out;
+      }
+    }
+  }
+};
+
+#define TNET_REGISTER_COMPACT(T)                                          \
+  REGISTER_KERNEL_BUILDER(                                                \
+      Name("TnetCompactIds").Device(tf::DEVICE_CPU).TypeConstraint<T>("T"), \
+      TnetCompactIdsOp<T>);
+TNET_REGISTER_COMPACT(int32_t)
+TNET_REGISTER_COMPACT(int64_t)
+TNET_REGISTER_COMPACT(tf::tstring)
+#undef TNET_REGISTER_COMPACT
+
 REGISTER_KERNEL_BUILDER(Name("TnetSegmentCombine").Device(tf::DEVICE_CPU),
                         TnetSegmentCombineOp);
 REGISTER_KERNEL_BUILDER(Name("TnetSegmentCombineGrad").Device(tf::DEVICE_CPU),

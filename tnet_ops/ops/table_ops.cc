@@ -519,6 +519,25 @@ row_splits[r] <= k < row_splits[r + 1]. row_splits must start at 0 and
 never decrease; the output has row_splits[-1] entries.
 )doc");
 
+REGISTER_OP("TnetCompactIds")
+    .Input("ids: T")
+    .Output("values: T")
+    .Output("row_ids: int64")
+    .Attr("T: {int32, int64, string}")
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      ShapeHandle v;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &v));
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+The ids of a [B, L] tensor padded with -1 (or "") without the padding, in
+row-major order, and the row of each: what a RaggedTensor built by
+tf.ragged.boolean_mask(ids, ids != padding) holds as flat_values and
+value_rowids(), in one pass.
+)doc");
+
 REGISTER_OP("TnetSegmentCombineGrad")
     .Input("grad: float")
     .Input("idx: int32")
