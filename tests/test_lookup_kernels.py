@@ -611,6 +611,46 @@ def test_compact_ids_rejects_a_non_matrix():
         _ops.tnet_compact_ids(tf.constant([1, -1, 2], tf.int64))
 
 
+@pytest.mark.parametrize("shards", [1, 2, 3, 7])
+@pytest.mark.parametrize("n", [0, 5, 431_000])
+def test_shard_order_groups_keys_by_shard_stably(shards, n):
+    """TnetShardOrder: numpy's stable sort by floormod(key, shards) of a
+    dedup's result; idx renumbered (padding -1 kept), counts moved with
+    their keys, sizes per shard."""
+    keys = RNG.integers(-2**62, 2**62, max(n // 4, 1) if n else 0)
+    keys[: len(keys) // 3] = RNG.integers(-50, 50, len(keys) // 3)
+    uniq, first = np.unique(keys, return_index=True)
+    uniq = keys[np.sort(first)]  # first-occurrence order, as TnetUnique
+    idx = RNG.integers(-1, len(uniq), n).astype(np.int32) if len(uniq) \
+        else np.full(n, -1, np.int32)
+    counts = RNG.random(len(uniq)).astype(np.float32)
+    got = _ops.tnet_shard_order(uniq, idx, counts, num_shards=shards)
+    shard = np.mod(uniq, shards)
+    order = np.argsort(shard, kind="stable")
+    pos = np.empty(len(uniq), np.int64)
+    pos[order] = np.arange(len(uniq))
+    np.testing.assert_array_equal(got.grouped_keys.numpy(), uniq[order])
+    np.testing.assert_array_equal(got.grouped_counts.numpy(), counts[order])
+    np.testing.assert_array_equal(
+        got.grouped_idx.numpy(), np.where(idx < 0, -1, pos[np.maximum(idx, 0)]))
+    np.testing.assert_array_equal(got.sizes.numpy(),
+                                  np.bincount(shard, minlength=shards))
+    np.testing.assert_array_equal(  # what the table's route would give
+        np.mod(got.grouped_keys.numpy(), shards),
+        tf.math.floormod(got.grouped_keys, shards).numpy())
+
+
+@pytest.mark.parametrize("idx, counts, message", [
+    ([0, 3], [1.0, 1.0], r"idx\[1\] = 3 is not in \[-1, 2\)"),
+    ([0, -2], [1.0, 1.0], r"idx\[1\] = -2"),
+    ([0], [1.0], "one entry per key")])
+def test_shard_order_rejects_bad_input(idx, counts, message):
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        _ops.tnet_shard_order(tf.constant([4, 9], tf.int64),
+                              tf.constant(idx, tf.int32),
+                              tf.constant(counts, tf.float32), num_shards=2)
+
+
 @pytest.mark.parametrize("splits, message", [
     ([], "non-empty"), ([3, 4], r"row_splits\[0\] must be 0"),
     ([0, 4, 2], "must not decrease"), ([0, 2**40], "at most 2.31 - 1")])

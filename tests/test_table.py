@@ -485,6 +485,37 @@ def test_sharded_pull_push_import_equal_one_shard(dim):
         push(uniq, np.zeros((len(uniq) + 1, dim), np.float32))
 
 
+@pytest.mark.parametrize("dim", [1, 16])
+def test_shard_ordered_route_equals_one_shard(dim):
+    """`shard_order` groups a dedup's keys by shard; a pull and push over
+    that route (slices, no partition or stitch) leave a 3-shard table
+    exactly as a one-shard table fed the original order, and the rows
+    and counts come back aligned with the renumbered idx; each slice holds
+    only keys its shard owns (floormod, as `route`)."""
+    rng = np.random.default_rng(dim + 7)
+    ids = rng.integers(-10**6, 10**6, 4000)
+    uniq, idx, counts = (t.numpy() for t in _ops.tnet_unique(
+        ids, tf.zeros([0], tf.bool)))
+    grads = rng.normal(0, 0.1, (len(uniq), dim)).astype(np.float32)
+    one, three = (tn.SparseTable(f"ordered{n}_{dim}", dim, "adagrad",
+                                 num_shards=n, seed=4) for n in (1, 3))
+    want = one.pull_rows(uniq, training=True).rows.numpy()
+    route, gidx, gcounts = three.shard_order(uniq, idx, counts)
+    assert route.sizes is not None and route.where is None
+    got = three.pull_rows(route, training=True).rows.numpy()
+    # per id, the same row and count through either numbering
+    np.testing.assert_array_equal(got[gidx.numpy()], want[idx])
+    np.testing.assert_array_equal(gcounts.numpy()[gidx.numpy()], counts[idx])
+    order = np.argsort(np.mod(uniq, 3), kind="stable")
+    one.push(uniq, grads, learning_rate=0.1, step=2, shows=counts,
+             unique_keys=True)
+    three.push_rows(route, grads[order], learning_rate=0.1, step=2,
+                    shows=gcounts, unique_keys=True)
+    _assert_same_rows(one, three)
+    for i, part in enumerate(route.parts):  # each slice on its own shard
+        assert np.all(np.mod(part.numpy(), 3) == i)
+
+
 @pytest.mark.parametrize("between", ["permuted", "other_keys", "none"])
 def test_push_after_a_pull_of_other_keys_updates_the_right_rows(between):
     """A shard keeps its last training pull's grouping of the keys by

@@ -66,12 +66,15 @@ _INIT_ALIASES = {
 
 
 class RowRoute(NamedTuple):
-    """How flat keys split over a table's shards (`SparseTable.route`).
-    shard / parts / where are None for a one-shard table."""
+    """How flat keys split over a table's shards (`SparseTable.route`, or
+    `SparseTable.shard_order` for keys it grouped by shard: then `sizes`
+    holds each shard's count, every shard's keys are one slice and shard /
+    where are None). parts is None for a one-shard table."""
     keys: tf.Tensor                       # [N] int64
     shard: Optional[tf.Tensor] = None     # [N] int32: the shard of each key
     parts: Optional[list] = None          # per shard: its keys
     where: Optional[list] = None          # per shard: their positions in keys
+    sizes: Optional[tf.Tensor] = None     # [shards] int64, keys grouped
 
 
 def _partition_rows(t, route):
@@ -80,8 +83,11 @@ def _partition_rows(t, route):
     the positions the route keeps (`where`). DynamicPartition copies a 2-D
     tensor row by row through an Eigen slice (~60 ns a row whatever its
     width: 8 ms for the 128k gradient rows of a SPARSE-HEAVY push against
-    ~1 ms gathered; BENCHMARKS "The route's partition and stitch").
+    ~1 ms gathered; BENCHMARKS "The route's partition and stitch"). Keys
+    grouped by shard need no copy: t is cut into slices.
     `_rows_check` makes the ops that consume the parts check t's rows."""
+    if route.sizes is not None:
+        return tf.split(t, route.sizes, num=len(route.parts))
     return [tf.gather(t, w) for w in route.where]
 
 
@@ -104,11 +110,15 @@ def _rows_check(route, *tensors):
                                       message=what) for t in tensors]
 
 
-def _stitch_rows(where, parts, dim):
+def _stitch_rows(route, parts, dim):
     """The rows pulled per shard back in the keys' order (the inverse of
-    `_partition_rows`). dynamic_stitch copies row by row on one thread:
+    `_partition_rows`): for keys grouped by shard, the parts one after the
+    other. Otherwise dynamic_stitch, which copies row by row on one thread:
     as fast as a gather for narrow rows, 1.7x slower at dim 16, so wider
     rows are concatenated and gathered through the inverse permutation."""
+    if route.sizes is not None:
+        return tf.concat(parts, 0)
+    where = route.where
     if dim <= 8:
         return tf.dynamic_stitch(where, parts)
     order = tf.math.invert_permutation(tf.concat(where, 0))
@@ -372,15 +382,30 @@ class SparseTable(tf.Module):
                                      self.num_shards)
         return RowRoute(keys, shard, parts, where)
 
+    def shard_order(self, keys, idx, counts):
+        """A dedup's result (unique keys [U], each id's index into them,
+        each key's count) with the keys grouped by shard, as
+        (RowRoute, idx, counts): every shard's keys, rows, gradients and
+        counts are then one slice each (no partition, gather or stitch by
+        position). For a one-shard table, the inputs as they are."""
+        keys = tf.reshape(self._keys(keys), [-1])
+        if self.num_shards == 1:
+            return RowRoute(keys), idx, counts
+        keys, idx, counts, sizes = _ops.tnet_shard_order(
+            keys, idx, counts, num_shards=self.num_shards)
+        parts = tf.split(keys, sizes, num=self.num_shards)
+        return RowRoute(keys, parts=parts, sizes=sizes), idx, counts
+
     def pull_rows(self, keys, training: bool | tf.Tensor = False
                   ) -> "RowBatch":
         """The rows of flat `keys` (unique, for a push to reuse) as a
         RowBatch: rows [N, dim] plus the route they took, so `push_rows`
         sends the gradients back over the same partition without routing
-        the keys again. One request per shard each way."""
-        route = self.route(keys)
+        the keys again. One request per shard each way. keys: a tensor,
+        or the RowRoute of `shard_order`."""
+        route = keys if isinstance(keys, RowRoute) else self.route(keys)
         training = tf.convert_to_tensor(training, tf.bool)
-        if route.shard is None:
+        if route.parts is None:
             with tf.device(self.devices[0]):
                 rows = _ops.sparse_table_pull(self.shards[0].resource_handle,
                                               route.keys, training,
@@ -392,7 +417,7 @@ class SparseTable(tf.Module):
                 outs.append(_ops.sparse_table_pull(
                     self.shards[i].resource_handle, route.parts[i], training,
                     dim=self.dim))
-        return RowBatch(route, _stitch_rows(route.where, outs, self.dim))
+        return RowBatch(route, _stitch_rows(route, outs, self.dim))
 
     def pull(self, keys, training: bool | tf.Tensor = False) -> tf.Tensor:
         """Rows of `keys` (any shape) as a [*keys.shape, dim] float tensor.
@@ -435,7 +460,7 @@ class SparseTable(tf.Module):
         empty = tf.zeros([0], tf.float32)
         shows = empty if shows is None else tf.cast(shows, tf.float32)
         clicks = empty if clicks is None else tf.cast(clicks, tf.float32)
-        if route.shard is None:
+        if route.parts is None:
             with tf.device(self.devices[0]):
                 return _ops.sparse_table_push(
                     self.shards[0].resource_handle, route.keys, grads, lr,

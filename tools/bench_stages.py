@@ -16,11 +16,15 @@ Stages, each its own `tf.function`, timed in turn within every repeat
 
   keys     ids [B, W] -> salted int64 keys + padding mask     (fc.keys_of)
   dedup    TnetUnique: unique keys, idx per id, shows per key
-  route    what a worker does around the RPCs of a 2-shard table: route
-           the unique keys (floormod, dynamic_partition of keys and
-           positions), put the rows pulled per shard back in key order
-           and split dE [U, 16] and the shows per shard for the push (the
-           table's own code; 0 in one process)
+  route    what a worker does around the RPCs of a 2-shard table, as the
+           layer does it: group the dedup's keys by shard (TnetShardOrder,
+           idx and shows renumbered), the pulled rows one part after the
+           other (a concat), dE [U, 16] and the shows cut into slices
+           (the table's own code; 0 in one process)
+  route_partition  the table's route for keys in any order: floormod,
+           dynamic_partition of keys and positions, the rows back in key
+           order through the inverse permutation, dE and shows gathered
+           per shard (what the layer did before TnetShardOrder)
   route_dynpart  the same with dynamic_stitch / dynamic_partition for the
            rows, as the table did before (2-D DynamicPartition copies row
            by row)
@@ -101,7 +105,7 @@ STAGES = ("keys", "dedup", "route", "pull", "combine", "grad", "push")
 # The same batch with M1..M4 ragged (bench_train's SPARSE-HEAVY input): the
 # layer's one segment combine over the block and the pieces, and its
 # gradient. Not in the sum (the same work as combine / grad).
-SEG_STAGES = ("combine_seg", "grad_seg", "route_dynpart")
+SEG_STAGES = ("combine_seg", "grad_seg", "route_partition", "route_dynpart")
 PS_STAGES = ("pull_ps0", "pull_ps1", "push_ps0", "push_ps1")
 REFS = ("ref_gather_u", "ref_gather_n", "ref_scatter_n", "ref_rmw_u",
         "ref_probe_n")
@@ -200,9 +204,17 @@ def main(argv=None) -> int:
 
     @tf.function
     def route_fn(u, rows_per_shard, de, shows):
+        route, i, c = table2.shard_order(u, idx, shows)
+        return (route.parts,
+                tn_table._stitch_rows(route, rows_per_shard, DIM),
+                tn_table._partition_rows(de, route),
+                tn_table._partition_rows(c, route), i)
+
+    @tf.function
+    def route_partition_fn(u, rows_per_shard, de, shows):
         route = table2.route(u)
         return (route.parts,
-                tn_table._stitch_rows(route.where, rows_per_shard, DIM),
+                tn_table._stitch_rows(route, rows_per_shard, DIM),
                 tn_table._partition_rows(de, route),
                 tn_table._partition_rows(shows, route))
 
@@ -279,8 +291,19 @@ def main(argv=None) -> int:
     ps_shows = tf.dynamic_partition(shows, route.shard, 2)
     e_per_shard = [tf.gather(e, w) for w in route.where]
     route_args = (uniq, e_per_shard, de, shows)
-    for a, b in zip(tf.nest.flatten(route_fn(*route_args)),
+    for a, b in zip(tf.nest.flatten(route_partition_fn(*route_args)),
                     tf.nest.flatten(route_dynpart_fn(*route_args))):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    # Grouped by shard: the same parts; the rows, dE and shows in the
+    # grouped order (what the layer's step holds) cut into the same parts.
+    grouped = tf.concat(route.where, 0)
+    grouped_args = (uniq, e_per_shard, tf.gather(de, grouped), shows)
+    new = route_fn(*grouped_args)
+    old = route_partition_fn(*route_args)
+    for a, b in zip(tf.nest.flatten(new[:3]), tf.nest.flatten(
+            (old[0], tf.gather(old[1], grouped), old[2]))):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    for a, b in zip(new[3], old[3]):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
     lr_t = tf.constant(LR, tf.float32)
     no_clicks = tf.zeros([0], tf.float32)
@@ -325,7 +348,8 @@ def main(argv=None) -> int:
     cases = {
         "keys": lambda: keys_fn(ids),
         "dedup": lambda: dedup_fn(keys, valid),
-        "route": lambda: route_fn(*route_args),
+        "route": lambda: route_fn(*grouped_args),
+        "route_partition": lambda: route_partition_fn(*route_args),
         "route_dynpart": lambda: route_dynpart_fn(*route_args),
         "pull": lambda: pull_fn(uniq),
         "combine": lambda: combine_fn(e),

@@ -582,6 +582,27 @@ def compact_ids_case(draw) -> dict:
             "args": {"ids": ids}}
 
 
+@st.composite
+def shard_order_case(draw) -> dict:
+    """TnetShardOrder: mostly a consistent dedup result (idx in [-1, U),
+    counts [U]); else out-of-range idx, mismatched counts, any rank."""
+    u = draw(sizes)
+    keys_spec = draw(mostly(tensor_of("int64", st.just([u]), KEY_FILLS),
+                            tensor("int64", st.lists(sizes, max_size=2))))
+    n = draw(sizes)
+    idx = draw(mostly(
+        st.just({"dtype": "int32", "shape": [n], "fill": "mod",
+                 "value": max(u, 1), "seed": draw(st.integers(0, 99))}),
+        tensor("int32", st.lists(sizes, max_size=2))))
+    counts = draw(mostly(tensor_of("float32", st.just([u]), ["rand", "value"]),
+                         tensor("float32", st.lists(sizes, max_size=2))))
+    shards = draw(mostly(st.sampled_from([1, 2, 3, 16]),
+                         st.sampled_from([0, -1, 2**20])))
+    return {"op": "TnetShardOrder", "handle": None,
+            "attrs": {"num_shards": shards},
+            "args": {"keys": keys_spec, "idx": idx, "counts": counts}}
+
+
 NAMES = ["", "t", "x" * 300, "a/b", "bad name!", "\u00e9", "clash"]
 
 
@@ -660,6 +681,7 @@ TARGETED = {
     "TnetSegmentCombineGrad": segment_combine_case(),
     "TnetRowIds": row_ids_case(),
     "TnetCompactIds": compact_ids_case(),
+    "TnetShardOrder": shard_order_case(),
 }
 
 

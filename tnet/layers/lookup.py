@@ -160,7 +160,13 @@ def fused_lookup(table: SparseTable, keys_per_column: List[tf.Tensor],
         # Export for serving: a stock-TF lookup replaces the table op.
         rows = serving(uniq)
     else:
-        batch = table.pull_rows(uniq, training=training)
+        # A sharded table gets the keys grouped by shard (the tables of one
+        # dedup with as many shards share it): its pull and push then take
+        # each shard's slice, with no partition, gather or stitch.
+        route, idx, shows = traced_once(
+            ("shard_order", table.num_shards, uniq),
+            lambda u=uniq, i=idx, c=shows: table.shard_order(u, i, c))
+        batch = table.pull_rows(route, training=training)
         rows = batch.rows
     recorder = active_recorder()
     # Only tn.Model.train_step opens a recorder (with training=True); a

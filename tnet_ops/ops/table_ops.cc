@@ -538,6 +538,36 @@ tf.ragged.boolean_mask(ids, ids != padding) holds as flat_values and
 value_rowids(), in one pass.
 )doc");
 
+REGISTER_OP("TnetShardOrder")
+    .Input("keys: int64")
+    .Input("idx: int32")
+    .Input("counts: float")
+    .Output("grouped_keys: int64")
+    .Output("grouped_idx: int32")
+    .Output("grouped_counts: float")
+    .Output("sizes: int64")
+    .Attr("num_shards: int >= 1")
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      ShapeHandle keys, idx, counts;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &keys));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &idx));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &counts));
+      int64_t n = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("num_shards", &n));
+      c->set_output(0, keys);
+      c->set_output(1, idx);
+      c->set_output(2, counts);
+      c->set_output(3, c->Vector(n));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+A dedup's result (unique keys, each id's index into them, each key's count)
+with the keys grouped by shard: the keys of shard 0 (key mod num_shards,
+as tf.math.floormod) first, then shard 1's, ..., each group in its input
+order; idx is renumbered to match (-1 stays -1) and sizes[s] is shard s's
+count, so each shard's keys are one contiguous slice.
+)doc");
+
 REGISTER_OP("TnetSegmentCombineGrad")
     .Input("grad: float")
     .Input("idx: int32")
