@@ -1366,8 +1366,11 @@ class TnetShardOrderOp : public tf::OpKernel {
   explicit TnetShardOrderOp(tf::OpKernelConstruction* ctx)
       : tf::OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_shards", &num_shards_));
-    OP_REQUIRES(ctx, num_shards_ >= 1,
-                tf::errors::InvalidArgument("num_shards must be >= 1"));
+    OP_REQUIRES(ctx,
+                num_shards_ >= 1 &&
+                    num_shards_ <= std::numeric_limits<int32_t>::max(),
+                tf::errors::InvalidArgument(
+                    "num_shards must be in [1, 2^31 - 1], got ", num_shards_));
   }
 
   void Compute(tf::OpKernelContext* ctx) override {
@@ -1408,11 +1411,28 @@ class TnetShardOrderOp : public tf::OpKernel {
           "TnetShardOrder: no memory for ", u, " positions"));
       return;
     }
-    auto shard_of = [shards](int64_t k) {
-      int64_t m = k % shards;
-      return m < 0 ? m + shards : m;
-    };
-    for (int64_t i = 0; i < u; ++i) ++sizes[shard_of(keys[i])];
+    // Each key's shard, once (floormod; a mask when shards is a power of
+    // two, where two's complement gives floormod for negative keys too).
+    std::vector<int32_t> shard;
+    try {
+      shard.resize(u);
+    } catch (const std::bad_alloc&) {
+      ctx->SetStatus(tf::errors::ResourceExhausted(
+          "TnetShardOrder: no memory for ", u, " shard numbers"));
+      return;
+    }
+    if ((shards & (shards - 1)) == 0) {
+      const uint64_t mask = static_cast<uint64_t>(shards - 1);
+      for (int64_t i = 0; i < u; ++i) {
+        shard[i] = static_cast<int32_t>(static_cast<uint64_t>(keys[i]) & mask);
+      }
+    } else {
+      for (int64_t i = 0; i < u; ++i) {
+        const int64_t m = keys[i] % shards;
+        shard[i] = static_cast<int32_t>(m < 0 ? m + shards : m);
+      }
+    }
+    for (int64_t i = 0; i < u; ++i) ++sizes[shard[i]];
     std::vector<int64_t> next(shards, 0);
     for (int64_t s = 1; s < shards; ++s) next[s] = next[s - 1] + sizes[s - 1];
     tf::Tensor* keys_out = nullptr;
@@ -1425,7 +1445,7 @@ class TnetShardOrderOp : public tf::OpKernel {
     int64_t* gk = keys_out->flat<int64_t>().data();
     float* gc = counts_out->flat<float>().data();
     for (int64_t i = 0; i < u; ++i) {
-      const int64_t at = next[shard_of(keys[i])]++;
+      const int64_t at = next[shard[i]]++;
       pos[i] = static_cast<int32_t>(at);
       gk[at] = keys[i];
       gc[at] = counts[i];
