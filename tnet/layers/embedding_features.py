@@ -166,13 +166,14 @@ def _embed(layer, features, training, sequence: bool):
     """Shared by EmbeddingFeatures and SequenceEmbeddingFeatures.
 
     Per table, one fused lookup for all its columns. Every column whose ids
-    are a dense tensor (`[B]`, `[B, 1]` as from `Input(shape=(1,))`, or
-    `[B, L]` padded with -1 / "") joins one `[B, W]` block per id dtype, W
-    the sum of the columns' widths: keys, padding mask, dedup and combine
-    are a handful of ops for the whole block whatever the number of
-    columns, and one `embed_combine` writes every column's combined row
-    into its slot of a `[B, C * dim]` output. Ragged and sparse ids (and
-    every sequence column) go through the general path, which flattens them
+    are `[B]` or `[B, 1]` (as from `Input(shape=(1,))`) joins one `[B, W]`
+    block per id dtype, W the number of such columns: keys, padding mask,
+    dedup and combine are a handful of ops for the whole block whatever
+    the number of columns, and one `embed_combine` writes every column's
+    combined row into its slot of a `[B, C * dim]` output. Ragged and
+    sparse ids, `[B, L]` ids padded with -1 / "" (compacted first by
+    `fc.padded_to_keys`, so their padding is never keyed or listed) and
+    every sequence column go through the general path, which flattens them
     to (key, example) pairs.
 
     Returns the per-column outputs, or (when one block of one table holds
