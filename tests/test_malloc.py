@@ -71,8 +71,11 @@ def _run(**env):
 def test_a_step_keeps_what_it_freed():
     r = _run()
     assert r["done"] == {"mmap_threshold": 128 << 10, "top_pad": 64 << 20}, r
-    # The 32 MiB freed at the top of the heap stay with the process.
-    assert r["kept"] >= r["held"] - (1 << 20), r
+    # The 32 MiB freed at the top of the heap stay with the process. A
+    # little still goes back, depending on the heap the imports left (0.6
+    # MiB before the op library's 2026-11-27 kernels, 1.25 MiB after, the
+    # same every run); without the pad all 32 MiB go (the test below).
+    assert r["kept"] >= r["held"] - (4 << 20), r
 
 
 @pytest.mark.parametrize("env", [
@@ -104,7 +107,7 @@ def test_a_one_process_model_keeps_its_step_memory(pad):
         env["TNET_TOP_PAD"] = pad
     r = _run(**env)
     if pad is None:
-        assert r["kept"] >= r["held"] - (1 << 20), r
+        assert r["kept"] >= r["held"] - (4 << 20), r  # as above
     else:
         assert r["kept"] < r["held"] - (16 << 20), r
     from tnet import distribute
