@@ -1366,11 +1366,9 @@ class TnetShardOrderOp : public tf::OpKernel {
   explicit TnetShardOrderOp(tf::OpKernelConstruction* ctx)
       : tf::OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_shards", &num_shards_));
-    OP_REQUIRES(ctx,
-                num_shards_ >= 1 &&
-                    num_shards_ <= std::numeric_limits<int32_t>::max(),
+    OP_REQUIRES(ctx, num_shards_ >= 1 && num_shards_ <= (int64_t{1} << 20),
                 tf::errors::InvalidArgument(
-                    "num_shards must be in [1, 2^31 - 1], got ", num_shards_));
+                    "num_shards must be in [1, 2^20], got ", num_shards_));
   }
 
   void Compute(tf::OpKernelContext* ctx) override {
