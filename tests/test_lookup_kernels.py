@@ -160,9 +160,10 @@ def _reference(rows, idx, widths, combiners):
 
 
 @pytest.mark.parametrize("batch", [0, 3, 300, 8192])  # 8192: two parts
-def test_embed_combine_and_gradient_match_stock(batch):
+@pytest.mark.parametrize("dim", [1, 5, 16])  # 1, 16: the unrolled kernels
+def test_embed_combine_and_gradient_match_stock(batch, dim):
     widths, combiners = [1, 4, 2, 1], ["sum", "mean", "sqrtn", "mean"]
-    u, dim = 13, 5
+    u = 13
     rows = RNG.standard_normal((u, dim)).astype(np.float32)
     idx = RNG.integers(-1, u, (batch, sum(widths))).astype(np.int32)
     if batch:

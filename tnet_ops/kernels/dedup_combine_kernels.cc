@@ -540,16 +540,31 @@ class TnetEmbedCombineOp : public tf::OpKernel {
           }
           for (int64_t c = 0; c < lay.columns; ++c) {
             float* dst = out + (b * lay.columns + c) * dim;
-            std::memset(dst, 0, sizeof(float) * dim);
             int64_t count = 0;
-            for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {
-              const int32_t r = ib[j];
-              if (r < 0) continue;
-              ++count;
-              Axpy<D>(dst, rows + static_cast<int64_t>(r) * dim, 1.0f, dim);
+            if constexpr (D > 0) {
+              // The sum in registers, stored once (a memset call per
+              // column and example cost more than a narrow row's adds).
+              float acc[D] = {};
+              for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {
+                const int32_t r = ib[j];
+                if (r < 0) continue;
+                ++count;
+                Axpy<D>(acc, rows + static_cast<int64_t>(r) * D, 1.0f, D);
+              }
+              const float s = Scale(lay.combiners[c], count);
+              if (s != 1.0f) ScaleRow<D>(acc, s, D);
+              for (int d = 0; d < D; ++d) dst[d] = acc[d];
+            } else {
+              std::memset(dst, 0, sizeof(float) * dim);
+              for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {
+                const int32_t r = ib[j];
+                if (r < 0) continue;
+                ++count;
+                Axpy<D>(dst, rows + static_cast<int64_t>(r) * dim, 1.0f, dim);
+              }
+              const float s = Scale(lay.combiners[c], count);
+              if (s != 1.0f) ScaleRow<D>(dst, s, dim);
             }
-            const float s = Scale(lay.combiners[c], count);
-            if (s != 1.0f) ScaleRow<D>(dst, s, dim);
           }
         }
       };
@@ -621,7 +636,10 @@ class TnetEmbedCombineGradOp : public tf::OpKernel {
       });
     }
     const float* sc = scaled ? scale.data() : nullptr;
-    const int64_t parts = Parts(ctx, lay.batch * lay.width, num_rows);
+    // Narrow rows (a linear part's dim-1 weights): one part, as
+    // NarrowParts says for the segment kernels.
+    const int64_t parts = dim < 4 ? std::min<int64_t>(1, num_rows)
+                                  : Parts(ctx, lay.batch * lay.width, num_rows);
     std::vector<int32_t> column_of(lay.width);  // a slot's column
     for (int64_t c = 0; c < lay.columns; ++c) {
       for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {

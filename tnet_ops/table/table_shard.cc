@@ -373,7 +373,7 @@ int64_t TableShard::EnforceCap(Stripe* s) {
 
 void TableShard::GroupByStripe(const int64_t* keys, int64_t n,
                                 const ParallelRunner& run,
-                                std::vector<Item>* items,
+                                UninitVector<Item>* items,
                                 std::vector<int64_t>* offsets) const {
   const int num_stripes = config_.num_stripes;
   items->resize(n);
@@ -422,9 +422,9 @@ void TableShard::GroupByStripe(const int64_t* keys, int64_t n,
 }
 
 void TableShard::KeepGrouping(const int64_t* keys, int64_t n,
-                              std::vector<Item>* items,
+                              UninitVector<Item>* items,
                               std::vector<int64_t>* offsets,
-                              std::vector<uint32_t>* rows) {
+                              UninitVector<uint32_t>* rows) {
   std::lock_guard<std::mutex> lock(grouping_mu_);
   kept_keys_.assign(keys, keys + n);
   kept_items_.swap(*items);
@@ -433,9 +433,9 @@ void TableShard::KeepGrouping(const int64_t* keys, int64_t n,
 }
 
 bool TableShard::TakeGrouping(const int64_t* keys, int64_t n,
-                              std::vector<Item>* items,
+                              UninitVector<Item>* items,
                               std::vector<int64_t>* offsets,
-                              std::vector<uint32_t>* rows) {
+                              UninitVector<uint32_t>* rows) {
   std::lock_guard<std::mutex> lock(grouping_mu_);
   // The items group the pulled keys by position: they group this batch
   // when its keys are the pulled keys, position by position (one
@@ -473,11 +473,11 @@ static_assert(kRing > kPrefetchDistance && (kRing & (kRing - 1)) == 0, "");
 
 bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
                        float* out, const ParallelRunner& run) {
-  std::vector<Item> items;
+  UninitVector<Item> items;
   std::vector<int64_t> off;
   GroupByStripe(keys, n, run, &items, &off);
   // A training pull records each item's row id for the push (KeepGrouping).
-  std::vector<uint32_t> ids;
+  UninitVector<uint32_t> ids;
   if (training) ids.resize(n);
   const int dim = config_.dim;
   const size_t read_bytes = sizeof(int64_t) + sizeof(float) * dim;
@@ -561,9 +561,9 @@ bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
                                const float* grads, float lr, int64_t step,
                                const float* shows, const float* clicks, bool unique_keys,
                                const ParallelRunner& run) {
-  std::vector<Item> items;
+  UninitVector<Item> items;
   std::vector<int64_t> off;
-  std::vector<uint32_t> pulled;  // the pull's row id per item, or empty
+  UninitVector<uint32_t> pulled;  // the pull's row id per item, or empty
   if (!TakeGrouping(keys, n, &items, &off, &pulled)) {
     pulled.clear();
     GroupByStripe(keys, n, run, &items, &off);

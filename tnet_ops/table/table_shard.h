@@ -20,6 +20,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tnet_ops/optimizers/optimizer.h"
@@ -29,6 +31,32 @@
 #include "tnet_ops/table/row_arena.h"
 
 namespace tnet {
+
+// A std::vector whose resize(n) leaves new elements default-initialized
+// (for trivial types: not written), where the caller overwrites them all
+// anyway: a batch's grouping (24 bytes a key) and its row ids were zeroed
+// on every pull and push only to be overwritten.
+template <typename T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  DefaultInitAllocator() = default;
+  template <typename U>
+  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept(
+      std::is_nothrow_default_constructible<U>::value) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+template <typename T>
+using UninitVector = std::vector<T, DefaultInitAllocator<T>>;
 
 struct TableConfig {
   int dim = 8;
@@ -285,7 +313,7 @@ class TableShard {
   // Groups a batch by stripe: items[offsets[s] .. offsets[s+1]) are the keys
   // of stripe s in batch order. Large batches are grouped in parallel.
   void GroupByStripe(const int64_t* keys, int64_t n, const ParallelRunner& run,
-                     std::vector<Item>* items,
+                     UninitVector<Item>* items,
                      std::vector<int64_t>* offsets) const;
   // The last training pull's grouping, kept for the push of the same keys
   // (a step pushes exactly the unique keys it pulled, in the same order):
@@ -295,17 +323,17 @@ class TableShard {
   // ids the pull found, per item (kNotFound where it found none): a hint the
   // push confirms (the row still live and holding the key) before it
   // skips the index; otherwise it looks the key up as usual.
-  void KeepGrouping(const int64_t* keys, int64_t n, std::vector<Item>* items,
+  void KeepGrouping(const int64_t* keys, int64_t n, UninitVector<Item>* items,
                     std::vector<int64_t>* offsets,
-                    std::vector<uint32_t>* rows);
-  bool TakeGrouping(const int64_t* keys, int64_t n, std::vector<Item>* items,
+                    UninitVector<uint32_t>* rows);
+  bool TakeGrouping(const int64_t* keys, int64_t n, UninitVector<Item>* items,
                     std::vector<int64_t>* offsets,
-                    std::vector<uint32_t>* rows);
+                    UninitVector<uint32_t>* rows);
   std::mutex grouping_mu_;
   std::vector<int64_t> kept_keys_;
-  std::vector<Item> kept_items_;
+  UninitVector<Item> kept_items_;
   std::vector<int64_t> kept_offsets_;
-  std::vector<uint32_t> kept_rows_;
+  UninitVector<uint32_t> kept_rows_;
 
   // Prefetches bytes [0, bytes) of a row (for reading, or for writing when
   // kWrite). Careful: GCC does not count __builtin_prefetch as a side

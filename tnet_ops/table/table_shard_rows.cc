@@ -68,7 +68,7 @@ int64_t TableShard::Export(int64_t cursor, int64_t max_rows,
 bool TableShard::Import(const int64_t* keys, int64_t n, const float* weights,
                          const float* slots, const RowMeta* meta,
                          const ParallelRunner& run) {
-  std::vector<Item> items;
+  UninitVector<Item> items;
   std::vector<int64_t> off;
   GroupByStripe(keys, n, run, &items, &off);
   const int dim = config_.dim;
