@@ -6,7 +6,8 @@
     PYTHONPATH=CHECKOUT python tools/profile_step.py --no_trace --blocks 3
 
 The first form builds the SPARSE-HEAVY tnet model of tools/_sparse_heavy.py
-on synthetic batches (M1..M4 as RaggedTensor, as bench_train), times
+on synthetic batches (M1..M4 as RaggedTensor, as bench_train; --config
+wd400: bench_train's WD-400 model on its in-memory batches), times
 --steps untraced steps (wall and process CPU per step), then traces as
 many with tf.profiler and prints the breakdown. The second prints the
 breakdowns of several traces side by side (e.g. two commits traced in
@@ -126,17 +127,23 @@ def report(pairs):
     print("| step wall (min / median) | " + " | ".join(f"{min(res[l][1]):.1f} / {statistics.median(res[l][1]):.1f}" for l in labels) + " |")
 
 
-def trace(steps, examples, trace_dir, blocks=1, form="ragged"):
+def trace(steps, examples, trace_dir, blocks=1, form="ragged",
+          config="sparse_heavy"):
     import tnet  # noqa: F401,PLC0415  (before TensorFlow)
     import tensorflow as tf  # noqa: PLC0415
     from tnet.data.synthetic import SyntheticCriteo  # noqa: PLC0415
     from tools import _sparse_heavy as sh  # noqa: PLC0415
-    from tools.bench_train import sparse_heavy_dataset  # noqa: PLC0415
-    _, multi, _ = sh.columns()
-    gen = SyntheticCriteo(seed=0, scale=1.0, multi_valued=sh.MULTI_VALUED)
-    f, y, _ = gen.batch(examples, "train")
-    ds = sparse_heavy_dataset(f, y, 4096, multi, form).repeat().prefetch(4)
-    fn = sh.build_tnet(0.05).make_train_function()
+    from tools import bench_train as bt  # noqa: PLC0415
+    if config == "wd400":  # bench_train's WD-400 model and in-memory batches
+        f, y, _ = SyntheticCriteo(seed=0, scale=1.0).batch(examples, "train")
+        ds = bt.tf_dataset(f, y, 4096, repeat=True)
+        fn = bt.build_tnet(0.05).make_train_function()
+    else:
+        _, multi, _ = sh.columns()
+        gen = SyntheticCriteo(seed=0, scale=1.0, multi_valued=sh.MULTI_VALUED)
+        f, y, _ = gen.batch(examples, "train")
+        ds = bt.sparse_heavy_dataset(f, y, 4096, multi, form).repeat().prefetch(4)
+        fn = sh.build_tnet(0.05).make_train_function()
     it = iter(ds)
 
     def timed(n):
@@ -177,6 +184,9 @@ def main():
                    help="which traced step --timeline prints")
     p.add_argument("--form", choices=("ragged", "padded"), default="ragged",
                    help="M1..M4 as RaggedTensor or [B, 50] padded with -1")
+    p.add_argument("--config", choices=("sparse_heavy", "wd400"),
+                   default="sparse_heavy",
+                   help="the model: SPARSE-HEAVY, or bench_train's WD-400")
     args = p.parse_args()
     if args.timeline:
         timeline(args.timeline, args.step)
@@ -185,7 +195,7 @@ def main():
         report([a.split("=", 1) for a in args.parse])
         return 0
     trace(args.steps, args.examples, None if args.no_trace else args.trace,
-          args.blocks, args.form)
+          args.blocks, args.form, args.config)
     if args.no_trace:
         return 0
     report([("this commit", args.trace)])
