@@ -290,9 +290,14 @@ class TnetUniqueOp : public tf::OpKernel {
     seen_per_chunk_.store(most, std::memory_order_relaxed);
 
     // 2. Merge later chunks into chunk 0's map; remap[c][g] = global
-    // group. The last chunk's keys are looked up in parallel (the map is
-    // read-only then) and its new keys only get numbers: nothing looks
-    // them up later. Middle chunks (more than 2 threads) insert serially.
+    // group. Middle chunks (more than 2 threads) insert serially. The last
+    // chunk's keys are only looked up (the map is read-only then) and its
+    // new keys only get numbers, nothing looks them up later: so in
+    // parallel, each part finds its share of the keys and adds the counts
+    // of the found ones (distinct keys of a chunk are distinct global
+    // groups: no two parts add into one count), then, after a prefix sum
+    // of the parts' misses, numbers its new keys in order (the numbers a
+    // serial pass in key order gives).
     GroupMap& global = *maps[0];
     std::vector<std::vector<int32_t>> remap(chunks);
     std::vector<float> head_counts;  // the global groups' counts
@@ -310,23 +315,42 @@ class TnetUniqueOp : public tf::OpKernel {
                              cc[g]);
         }
       } else {
+        head_counts = global.Counts();
+        std::vector<int64_t> first_new(chunks + 1, 0);  // per part, then prefix
         auto find = [&](int64_t p0, int64_t p1) {
           for (int64_t p = p0; p < p1; ++p) {
-            FindRange(global, ck.data(), m * p / chunks, m * (p + 1) / chunks,
-                      to.data());
+            const int64_t lo = m * p / chunks, hi = m * (p + 1) / chunks;
+            FindRange(global, ck.data(), lo, hi, to.data());
+            int64_t missed = 0;
+            for (int64_t g = lo; g < hi; ++g) {
+              if (to[g] >= 0) {
+                head_counts[to[g]] += cc[g];
+              } else {
+                ++missed;
+              }
+            }
+            first_new[p + 1] = missed;
           }
         };
         RunChunks(ctx, chunks, find);
-        head_counts = global.Counts();
-        for (int64_t g = 0; g < m; ++g) {
-          if (to[g] >= 0) {
-            head_counts[to[g]] += cc[g];
-          } else {
-            to[g] = static_cast<int32_t>(global.size() + tail_keys.size());
-            tail_keys.push_back(ck[g]);
-            tail_counts.push_back(cc[g]);
+        for (int64_t p = 0; p < chunks; ++p) first_new[p + 1] += first_new[p];
+        tail_keys.resize(first_new[chunks]);
+        tail_counts.resize(first_new[chunks]);
+        const int32_t head = static_cast<int32_t>(global.size());
+        auto number = [&](int64_t p0, int64_t p1) {
+          for (int64_t p = p0; p < p1; ++p) {
+            const int64_t lo = m * p / chunks, hi = m * (p + 1) / chunks;
+            int64_t t = first_new[p];
+            for (int64_t g = lo; g < hi; ++g) {
+              if (to[g] >= 0) continue;
+              to[g] = head + static_cast<int32_t>(t);
+              tail_keys[t] = ck[g];
+              tail_counts[t] = cc[g];
+              ++t;
+            }
           }
-        }
+        };
+        RunChunks(ctx, chunks, number);
       }
       maps[c].reset();
     }
