@@ -15,7 +15,11 @@ Stages, each its own `tf.function`, timed in turn within every repeat
 (A, B, C ... per repeat, the protocol's alternation), with what they read:
 
   keys     ids [B, W] -> salted int64 keys + padding mask     (fc.keys_of)
-  dedup    TnetUnique: unique keys, idx per id, shows per key
+  dedup    TnetUnique: unique keys, idx per id, shows per key, on the
+           valid ids only (the layer compacts padded and ragged ids first;
+           the unique keys and shows equal the masked call's)
+  dedup_masked  the same on the whole [B, W] block with its padding mask
+           (the layer's input before TnetCompactIds)
   route    what a worker does around the RPCs of a 2-shard table, as the
            layer does it: group the dedup's keys by shard (TnetShardOrder,
            idx and shows renumbered), the pulled rows one part after the
@@ -99,13 +103,16 @@ LR = 0.05
 # Stage -> the reference whose traffic bounds it.
 REFERENCE = {"pull": "ref_gather_u", "combine": "ref_gather_n",
              "grad": "ref_scatter_n", "push": "ref_rmw_u",
-             "dedup": "ref_probe_n", "combine_seg": "ref_gather_n",
+             "dedup": "ref_probe_n", "dedup_masked": "ref_probe_n",
+             "combine_seg": "ref_gather_n",
              "grad_seg": "ref_scatter_n"}
 STAGES = ("keys", "dedup", "route", "pull", "combine", "grad", "push")
-# The same batch with M1..M4 ragged (bench_train's SPARSE-HEAVY input): the
-# layer's one segment combine over the block and the pieces, and its
-# gradient. Not in the sum (the same work as combine / grad).
-SEG_STAGES = ("combine_seg", "grad_seg", "route_partition", "route_dynpart")
+# Not in the sum (other forms of work the sum has): with M1..M4 ragged
+# (bench_train's SPARSE-HEAVY input), the layer's one segment combine over
+# the block and the pieces, and its gradient; the dedup of the masked
+# block; the routes before TnetShardOrder.
+SEG_STAGES = ("combine_seg", "grad_seg", "dedup_masked", "route_partition",
+              "route_dynpart")
 PS_STAGES = ("pull_ps0", "pull_ps1", "push_ps0", "push_ps1")
 REFS = ("ref_gather_u", "ref_gather_n", "ref_scatter_n", "ref_rmw_u",
         "ref_probe_n")
@@ -195,6 +202,11 @@ def main(argv=None) -> int:
     # The timed batch (the next one: most of its keys are already rows).
     keys, valid = keys_fn(ids)
     uniq, idx, shows = dedup_fn(keys, valid)
+    valid_keys = tf.boolean_mask(keys, valid)
+    no_mask = tf.zeros([0], tf.bool)
+    u2, _, s2 = dedup_fn(valid_keys, no_mask)
+    np.testing.assert_array_equal(u2.numpy(), uniq.numpy())
+    np.testing.assert_array_equal(s2.numpy(), shows.numpy())
     table.pull(uniq, training=True)
     n_ids = int(tf.reduce_sum(tf.cast(valid, tf.int32)))
     n_uniq = int(tf.shape(uniq)[0])
@@ -347,7 +359,8 @@ def main(argv=None) -> int:
 
     cases = {
         "keys": lambda: keys_fn(ids),
-        "dedup": lambda: dedup_fn(keys, valid),
+        "dedup": lambda: dedup_fn(valid_keys, no_mask),
+        "dedup_masked": lambda: dedup_fn(keys, valid),
         "route": lambda: route_fn(*grouped_args),
         "route_partition": lambda: route_partition_fn(*route_args),
         "route_dynpart": lambda: route_dynpart_fn(*route_args),
