@@ -138,6 +138,52 @@ def test_input_context_shards_rows_disjoint_and_covering(tmp_path, dev_lines):
     np.testing.assert_array_equal(got[1], np.concatenate([cats[50:100, 1], cats[150:200, 1]]))
 
 
+@pytest.mark.parametrize("pipes", [2, 3])
+def test_pipelines_of_one_file_get_their_runs_of_lines(tmp_path, dev_lines, pipes):
+    """One file, several input pipelines: pipeline p reads the runs of
+    chunk = 1024 lines whose number r has r % pipes == p, in file order
+    (the assignment of rebatch(chunk).shard(pipes, p) over every line),
+    through blocks that cut lines anywhere, CRLF and no final newline; an
+    error names its line in the file."""
+    n = 2600
+    path = tmp_path / "one.tsv"
+    path.write_bytes(("\r\n".join(dev_lines[:n])).encode())
+    dense, cats, labels = python_criteo(dev_lines[:n])
+    rows = np.arange(n)
+    for p in range(pipes):
+        ctx = tf.distribute.InputContext(num_input_pipelines=pipes, input_pipeline_id=p)
+        mine = (rows // 1024) % pipes == p
+        for block in (1 << 20, 997):
+            ds = _rows.read_rows(CRITEO_TSV, path, 64, block_bytes=block,
+                                 input_context=ctx)
+            assert_criteo_equal(*collect(ds), dense[mine], cats[mine], labels[mine])
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("\n".join(dev_lines[:1500] + ["1\t2"] + dev_lines[1501:n]) + "\n")
+    for p in range(pipes):  # line 1501 is in run 1
+        ctx = tf.distribute.InputContext(num_input_pipelines=pipes, input_pipeline_id=p)
+        ds = td.criteo_dataset(bad, 64, input_context=ctx)
+        if p == 1:
+            with raises_at(bad, 1501, "expected 40 fields"):
+                collect(ds)
+        else:
+            assert len(collect(ds)[1]) == int(((rows // 1024) % pipes == p).sum())
+
+
+def test_pipelines_of_one_headed_file_split_its_data_lines(tmp_path):
+    """A file with a header (the feature-spec TSV): its data lines are cut
+    into runs, the header checked by the pipeline of the first run."""
+    path = tmp_path / "sh.tsv"
+    SyntheticCriteo(seed=3, multi_valued=2).write_tsv(str(path), 2300)
+    whole = collect(read_tsv(str(path), 100, 2, ragged=True))
+    rows = np.arange(2300)
+    for p in range(2):
+        ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=p)
+        got = collect(read_tsv(str(path), 100, 2, ragged=True, input_context=ctx))
+        mine = (rows // 1024) % 2 == p
+        np.testing.assert_array_equal(got[1], whole[1][mine])
+        np.testing.assert_array_equal(got[0]["C1"], whole[0]["C1"][mine])
+
+
 def test_blocks_split_lines_anywhere_crlf_and_missing_final_newline(tmp_path, dev_lines):
     """Lines that straddle read blocks, CRLF, no final newline: same tensors as clean."""
     for n, blocks in ((300, (1 << 20, 1000, 97)), (12, (7,))):  # 7: lines span many blocks
