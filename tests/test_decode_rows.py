@@ -258,3 +258,29 @@ def test_the_kernel_is_used_only_for_patterns_it_knows(tmp_path):
     fields[0] = dataclasses.replace(fields[0], pattern="[012]")
     assert readers._row_decoder(s, COLUMNS, fields, "\t", True) is None
     assert readers._row_decoder(s, COLUMNS, fmt.fields, "\t", True) is not None
+
+
+@pytest.mark.parametrize("kind", ["ids", "sequence"])
+def test_id_lists_cut_to_max_length_only_when_longer(kind):
+    """readers._ids: rows longer than max_length keep their first (ids) or
+    last (sequence) max_length ids, in graph mode too (the cut is a cond
+    taken only when some row is longer); shorter batches come back as
+    they are."""
+    spec = spec_lib.from_dict({"features": [
+        {"name": "label", "kind": "label"},
+        {"name": "h", "kind": kind, "separator": "|", "max_length": 3}]},
+        source="test")
+    f = next(x for x in spec.features if x.name == "h")
+    rows = [[1, 2, 3, 4, 5], [], [6], [7, 8, 9]]
+    want = [r[:3] if kind == "ids" else r[-3:] for r in rows]
+    ragged = tf.ragged.constant(rows, tf.int64, row_splits_dtype=tf.int64)
+    short = tf.ragged.constant(want, tf.int64, row_splits_dtype=tf.int64)
+    graph = tf.function(lambda v: readers._ids(f, v))
+    for run in (lambda v: readers._ids(f, v), graph):
+        assert run(ragged).to_list() == want
+        got = run(short)
+        assert got.to_list() == want
+        np.testing.assert_array_equal(got.row_splits.numpy(), short.row_splits.numpy())
+    dense = tf.constant([[1, 2, 3, 4], [5, 6, -1, -1]], tf.int64)
+    np.testing.assert_array_equal(readers._ids(f, dense).numpy(),
+                                  dense.numpy()[:, :3] if kind == "ids" else dense.numpy()[:, -3:])
