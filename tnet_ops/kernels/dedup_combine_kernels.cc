@@ -564,31 +564,23 @@ class TnetEmbedCombineOp : public tf::OpKernel {
           }
           for (int64_t c = 0; c < lay.columns; ++c) {
             float* dst = out + (b * lay.columns + c) * dim;
+            // At the compiled widths the sum is kept in registers and
+            // stored once (a memset call per column and example cost more
+            // than a narrow row's adds); other widths add into dst.
+            float acc[D > 0 ? D : 1] = {};
+            float* sum = D > 0 ? acc : dst;
+            const int64_t w = D > 0 ? D : dim;
+            if (D == 0) std::memset(dst, 0, sizeof(float) * dim);
             int64_t count = 0;
-            if constexpr (D > 0) {
-              // The sum in registers, stored once (a memset call per
-              // column and example cost more than a narrow row's adds).
-              float acc[D] = {};
-              for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {
-                const int32_t r = ib[j];
-                if (r < 0) continue;
-                ++count;
-                Axpy<D>(acc, rows + static_cast<int64_t>(r) * D, 1.0f, D);
-              }
-              const float s = Scale(lay.combiners[c], count);
-              if (s != 1.0f) ScaleRow<D>(acc, s, D);
-              for (int d = 0; d < D; ++d) dst[d] = acc[d];
-            } else {
-              std::memset(dst, 0, sizeof(float) * dim);
-              for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {
-                const int32_t r = ib[j];
-                if (r < 0) continue;
-                ++count;
-                Axpy<D>(dst, rows + static_cast<int64_t>(r) * dim, 1.0f, dim);
-              }
-              const float s = Scale(lay.combiners[c], count);
-              if (s != 1.0f) ScaleRow<D>(dst, s, dim);
+            for (int64_t j = lay.start[c]; j < lay.start[c + 1]; ++j) {
+              const int32_t r = ib[j];
+              if (r < 0) continue;
+              ++count;
+              Axpy<D>(sum, rows + static_cast<int64_t>(r) * w, 1.0f, w);
             }
+            const float s = Scale(lay.combiners[c], count);
+            if (s != 1.0f) ScaleRow<D>(sum, s, w);
+            if (D > 0) std::memcpy(dst, acc, sizeof(float) * w);
           }
         }
       };
