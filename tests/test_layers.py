@@ -407,6 +407,68 @@ def test_dense_and_ragged_columns_in_any_order(order):
     assert np.abs(np.stack(list(want_grad.values()))).sum() > 0
 
 
+@pytest.mark.parametrize("kinds", [
+    ("b", "b1", "b", "b1"),          # [B] / [B, 1] only: the block combine
+    ("b", "r", "p", "b1", "r"),      # blocks, ragged and padded mixed
+    ("r", "p", "r"),                 # no block
+    ("r",),                          # one column: unsalted
+    ("b1",)])
+def test_int_columns_keyed_in_one_op_exactly_as_per_column(kinds, monkeypatch):
+    """TnetFlattenKeys (one op for all int columns of a table) gives the
+    keys, the pull order, the outputs and every row's gradient of the
+    per-column ops it replaces, bit for bit; its batch-size check names
+    the features."""
+    from tnet.layers import embedding_features as ef
+    rng = np.random.default_rng(len(kinds))
+    b = 37
+    feats, cols = {}, []
+    for j, kind in enumerate(kinds):
+        name = f"{kind}{j}"
+        ids = rng.integers(0, 9, (b, 6))
+        ids[rng.random((b, 6)) < 0.3] = -1
+        ids[3] = -1  # an example with no id
+        if kind == "b":
+            feats[name] = ids[:, 0]
+        elif kind == "b1":
+            feats[name] = tf.constant(ids[:, :1].astype(np.int32))
+        elif kind == "p":
+            feats[name] = ids
+        else:
+            feats[name] = tf.ragged.constant(
+                [list(r[: rng.integers(0, 7)]) for r in ids], dtype=tf.int64)
+        cols.append(fc.embedding_column(
+            fc.category_column(name), DIM, table="t",
+            combiner=("sum", "mean", "sqrtn")[j % 3]))
+    upstream = rng.normal(size=(b, len(kinds) * DIM)).astype(np.float32)
+
+    def run(fused):
+        if not fused:
+            monkeypatch.setattr(ef, "_int_pieces", lambda *a: None)
+        layer = tn.layers.EmbeddingFeatures(cols)
+        got = _recorded_step(layer, feats, upstream)
+        types = {op.type for op in tf.function(lambda: layer(
+            feats, training=True)).get_concrete_function().graph
+            .get_operations()}
+        monkeypatch.undo()
+        assert ("TnetFlattenKeys" in types) == fused
+        return got
+
+    want, got = run(False), run(True)
+    for w, g in zip(want, got):
+        np.testing.assert_array_equal(g, w)
+    assert np.abs(got[0]).sum() > 0 and np.abs(got[3]).sum() > 0
+
+    if len(kinds) > 1:  # columns of different batch sizes: one clear error
+        short = dict(feats)
+        short[f"{kinds[-1]}{len(kinds) - 1}"] = (
+            feats[f"{kinds[-1]}{len(kinds) - 1}"][:5])
+        layer = tn.layers.EmbeddingFeatures(cols)
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=r"feature '\w+' has \d+ examples but "
+                                 r"feature '\w+' has \d+"):
+            layer(short, training=True)
+
+
 @pytest.mark.parametrize("dtype", [tf.int64, tf.string])
 def test_padded_columns_take_the_ragged_path_exactly(dtype):
     """A [B, L] column padded with -1 / "" is compacted (TnetCompactIds) and
@@ -441,7 +503,10 @@ def test_padded_columns_take_the_ragged_path_exactly(dtype):
                 {"m": ids, "one": single}, training=True)
             ).get_concrete_function().graph
             types = {op.type for op in graph.get_operations()}
-            assert "TnetCompactIds" in types
+            # int ids: every column keyed by one TnetFlattenKeys (which
+            # drops the padding); strings: compacted per column.
+            assert ("TnetFlattenKeys" if dtype == tf.int64
+                    else "TnetCompactIds") in types
             assert "TnetEmbedCombine" not in types
     np.testing.assert_array_equal(got["padded"][0], got["ragged"][0])
     assert got["padded"][1].keys() == got["ragged"][1].keys()

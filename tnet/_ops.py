@@ -108,5 +108,6 @@ tnet_segment_combine = ops.tnet_segment_combine
 tnet_segment_combine_grad = ops.tnet_segment_combine_grad
 tnet_row_ids = ops.tnet_row_ids
 tnet_compact_ids = ops.tnet_compact_ids
+tnet_flatten_keys = ops.tnet_flatten_keys
 tnet_shard_order = ops.tnet_shard_order
 tnet_sparse_rule_slots = ops.tnet_sparse_rule_slots

@@ -268,11 +268,18 @@ def _stored_ids(column: CategoryColumn, ids: Any, ordered: bool = False):
                              f"have rank 2 [batch, ids], got rank {ids.shape.rank}")
         return (check_id_dtype(column, ids.values), ids.indices[:, 0],
                 ids.dense_shape[0])
+    values, _ = ragged_parts(column, ids)
+    return values, _value_rowids(ids), ids.nrows()
+
+
+def ragged_parts(column: CategoryColumn, ids: tf.RaggedTensor):
+    """A [batch, (ids)] RaggedTensor's checked ids (int64 or string) and
+    its int64 row_splits."""
     if ids.ragged_rank != 1 or (ids.shape.rank is not None and ids.shape.rank != 2):
-        raise ValueError(f"feature {name!r}: a RaggedTensor of ids must be "
-                         f"[batch, (ids)], got shape {ids.shape}")
-    return (check_id_dtype(column, ids.flat_values), _value_rowids(ids),
-            ids.nrows())
+        raise ValueError(f"feature {column.name!r}: a RaggedTensor of ids "
+                         f"must be [batch, (ids)], got shape {ids.shape}")
+    return (check_id_dtype(column, ids.flat_values),
+            tf.cast(ids.row_splits, tf.int64))
 
 
 def _value_rowids(ids: tf.RaggedTensor):

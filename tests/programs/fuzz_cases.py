@@ -582,6 +582,69 @@ def compact_ids_case(draw) -> dict:
             "args": {"ids": ids}}
 
 
+def _list_spec(dtype: str, values: list) -> dict:
+    return {"dtype": dtype, "shape": [len(values)], "fill": "list",
+            "value": values, "seed": 0}
+
+
+@st.composite
+def flatten_keys_case(draw) -> dict:
+    """TnetFlattenKeys: mostly N [B] / [B, 1] int64 columns and M ragged
+    ones (values with -1 padding, proper row_splits) with matching attrs;
+    else (one at a time) a column of another batch size, shape or dtype,
+    broken row_splits, or attrs of the wrong length or range. Lists of
+    tensors are lists of specs."""
+    n, m = draw(st.integers(0, 4)), draw(st.integers(0, 3))
+    batch = draw(st.sampled_from([0, 1, 3, 17, 300]))
+    ids = st.sampled_from([-1, -1, 0, 7, -5, I32_MAX, I64_MAX, I64_MIN])
+    block = []
+    for _ in range(n):
+        values = draw(st.lists(ids, min_size=batch, max_size=batch))
+        shape = draw(st.sampled_from([[batch], [batch, 1]]))
+        block.append({"dtype": "int64", "shape": shape, "fill": "list",
+                      "value": values, "seed": 0})
+    values, splits = [], []
+    for _ in range(m):
+        lengths = draw(st.lists(st.sampled_from([0, 0, 1, 2, 9]),
+                                min_size=batch, max_size=batch))
+        total = int(sum(lengths))
+        values.append(_list_spec("int64", draw(st.lists(
+            ids, min_size=total, max_size=total))))
+        splits.append(_list_spec("int64", np.concatenate(
+            [[0], np.cumsum(lengths, dtype=np.int64)]).tolist()))
+    cols = n + m
+    attrs = {"slots": list(range(cols)), "num_slots": max(cols, 1),
+             "compact": draw(st.booleans()),
+             "salts": draw(st.sampled_from([[], [3 - 2**62] * cols])),
+             "names": draw(st.sampled_from([[], [f"c{j}" for j in range(cols)]]))}
+    if draw(st.integers(0, 9)) < 3:  # one thing wrong
+        what = draw(st.sampled_from(["block", "splits", "values", "attr"]))
+        bad_splits = st.sampled_from([[], [5], [0, 3, 2], [0, 2**40], [0, -1],
+                                      [-4, 0], [0] * (batch + 2)])
+        if what == "block" and block:
+            block[draw(st.integers(0, n - 1))] = draw(tensor(
+                st.sampled_from(["int64", "int32", "float32"]),
+                st.lists(sizes, min_size=0, max_size=3)))
+        elif what == "splits" and splits:
+            splits[draw(st.integers(0, m - 1))] = draw(
+                bad_splits.map(lambda v: _list_spec("int64", v)))
+        elif what == "values" and values:
+            values[draw(st.integers(0, m - 1))] = draw(tensor(
+                "int64", st.lists(sizes, min_size=0, max_size=2)))
+        else:
+            name = draw(st.sampled_from(["slots", "num_slots", "salts",
+                                         "names"]))
+            attrs[name] = draw({
+                "slots": st.lists(st.sampled_from([0, 1, -1, 2**20, I64_MAX]),
+                                  max_size=5),
+                "num_slots": st.sampled_from([0, -1, 2**20 + 1, I64_MAX]),
+                "salts": st.lists(st.sampled_from(INT_VALUES), max_size=5),
+                "names": st.lists(st.sampled_from(["", "x" * 300]),
+                                  max_size=5)}[name])
+    return {"op": "TnetFlattenKeys", "handle": None, "attrs": attrs,
+            "args": {"block": block, "values": values, "splits": splits}}
+
+
 @st.composite
 def shard_order_case(draw) -> dict:
     """TnetShardOrder: mostly a consistent dedup result (idx in [-1, U),
@@ -681,6 +744,7 @@ TARGETED = {
     "TnetSegmentCombineGrad": segment_combine_case(),
     "TnetRowIds": row_ids_case(),
     "TnetCompactIds": compact_ids_case(),
+    "TnetFlattenKeys": flatten_keys_case(),
     "TnetShardOrder": shard_order_case(),
 }
 

@@ -118,7 +118,9 @@ def run_case(case: dict, pool: Pool) -> str:
     h = case.get("handle")
     before = pool.size(h)
     try:
-        kwargs = {k: _tensor(v, case, pool, k) for k, v in case["args"].items()}
+        kwargs = {k: ([_tensor(x, case, pool, k) for x in v]
+                      if isinstance(v, list) else _tensor(v, case, pool, k))
+                  for k, v in case["args"].items()}
         if h is not None:
             kwargs["table"] = pool.handles[h]
         attrs = case["attrs"]
@@ -163,20 +165,23 @@ def _run_in_graph(fn, kwargs: dict, attrs: dict, mode):
     table = kwargs.pop("table", None)
     extra = {} if table is None else {"table": table}
     names = list(kwargs)
+    values = list(kwargs.values())  # a list input is a list of tensors
+    flat = tf.nest.flatten(values)
     if mode is True:
         signature = None
     elif mode == "unknown_dims":
         signature = [tf.TensorSpec([None] * t.shape.rank, t.dtype)
-                     for t in kwargs.values()]
+                     for t in flat]
     elif mode == "unknown_rank":
-        signature = [tf.TensorSpec(None, t.dtype) for t in kwargs.values()]
+        signature = [tf.TensorSpec(None, t.dtype) for t in flat]
     else:
         raise ValueError(f"unknown graph mode {mode!r}")
 
     @tf.function(autograph=False, input_signature=signature)
     def graph_fn(*ts):
-        return fn(**dict(zip(names, ts)), **extra, **attrs)
-    return graph_fn(*kwargs.values())
+        packed = tf.nest.pack_sequence_as(values, list(ts))
+        return fn(**dict(zip(names, packed)), **extra, **attrs)
+    return graph_fn(*flat)
 
 
 def _check_success(case: dict, out, pool: Pool) -> None:
@@ -234,9 +239,44 @@ def _check_success(case: dict, out, pool: Pool) -> None:
         want = np.zeros((rows, v.shape[1]), np.float32)
         np.add.at(want, idx, v)
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+    elif op == "TnetFlattenKeys":
+        _check_flatten_keys(case, [x.numpy() for x in out])
     elif op in ("SparseTableSize", "SparseTableMemoryBytes"):
         if int(out) < 0:
             raise BadOutcome(f"{op} returned {int(out)}")
+
+
+def _check_flatten_keys(case: dict, out: list) -> None:
+    """The op's keys, mask and segments against numpy on the same ids."""
+    args, attrs = case["args"], case["attrs"]
+    cols = ([fc.materialize(s).reshape(-1) for s in args["block"]],
+            [fc.materialize(s) for s in args["values"]],
+            [fc.materialize(s) for s in args["splits"]])
+    salts = attrs["salts"] or [0] * len(attrs["slots"])
+    width = attrs["num_slots"]
+    ids, rows, col = [], [], []
+    if cols[0]:
+        block = np.stack(cols[0], 1)
+        ids.append(block.reshape(-1))
+        rows.append(np.repeat(np.arange(len(block)), block.shape[1]))
+        col.append(np.tile(np.arange(block.shape[1]), len(block)))
+    for j, (v, s) in enumerate(zip(cols[1], cols[2])):
+        ids.append(v)
+        rows.append(np.repeat(np.arange(len(s) - 1), np.diff(s)))
+        col.append(np.full(len(v), len(cols[0]) + j))
+    ids, rows, col = (np.concatenate(x).astype(np.int64) if x
+                      else np.zeros(0, np.int64) for x in (ids, rows, col))
+    keys = ids ^ np.array(salts, np.int64)[col]
+    segments = rows * width + np.array(attrs["slots"], np.int64)[col]
+    keep = ids != -1
+    if attrs["compact"]:
+        want = (keys[keep], np.zeros(0, bool), segments[keep])
+    else:
+        want = (keys, keep, np.zeros(0, np.int64))
+    for name, got, w in zip(("keys", "valid", "segments"), out, want):
+        if got.shape != w.shape or not np.array_equal(got, w):
+            raise BadOutcome(f"TnetFlattenKeys {name}: {got[:8]} (shape "
+                             f"{got.shape}), want {w[:8]} (shape {w.shape})")
 
 
 def case_strategy(ops: list[str]) -> st.SearchStrategy:

@@ -6,9 +6,11 @@ from typing import Any, Dict, List, Optional, Sequence
 import tensorflow as tf
 import tf_keras
 
+from tnet import _ops
 from tnet import feature_column as fc
 from tnet.layers import lookup
 from tnet.optimizer import keras as keras_opt
+from tnet.scopes import serving_active
 from tnet.table import SparseTable
 
 
@@ -187,6 +189,16 @@ def _embed(layer, features, training, sequence: bool):
     lr_fn = layer._learning_rate_fn()
     for table_name, cols in layer._groups.items():
         salted = len(cols) > 1
+        pieces = None if sequence or serving_active() else _int_pieces(
+            layer, features, cols)
+        if pieces is not None:
+            whole = _fused_outputs(layer.tables[table_name], cols, pieces,
+                                   salted, training, lr_fn)
+            if len(layer._groups) == 1:
+                return whole
+            for (index, _), value in zip(cols, _splitter(len(cols))(whole)):
+                outputs[index] = value
+            continue
         blocks: Dict[bool, list] = {}  # is_string -> [(index, col, ids)]
         sources: Dict[bool, list] = {}  # the blocks' features as given
         general = []
@@ -271,6 +283,78 @@ def _embed(layer, features, training, sequence: bool):
             for index, value in zip(column_indices, split(whole)):
                 outputs[index] = value
     return outputs
+
+
+def _int_pieces(layer, features, cols):
+    """The table's columns as TnetFlattenKeys inputs, or None when one of
+    them needs the general path (string ids, a SparseTensor).
+
+    Returns (blocks, general): blocks [(position, col, ids as given)] of
+    [B] / [B, 1] int64 ids; general [(position, col, values, row_splits,
+    source)] of ragged columns, and of padded [B, L] ones as L-wide rows.
+    """
+    blocks, general = [], []
+    for position, (_, col) in enumerate(cols):
+        cat = col.categorical_column
+        if cat.dtype == tf.string:
+            return None
+        ids = _feature(layer, features, col)
+        if isinstance(ids, tf.SparseTensor):
+            return None
+        if isinstance(ids, tf.RaggedTensor):
+            values, splits = fc.ragged_parts(cat, ids)
+            general.append((position, col, values, splits, ids))
+            continue
+        given = ids
+        ids = fc.check_id_dtype(cat, tf.convert_to_tensor(ids))
+        if ids.shape.rank == 1 or (ids.shape.rank == 2 and ids.shape[1] == 1):
+            blocks.append((position, col, ids, given))
+            continue
+        ids = _dense_ids(cat, ids)  # rank checked: [B, L] padded
+        shape = tf.shape(ids, out_type=tf.int64)
+        splits = tf.range(shape[0] + 1) * shape[1]
+        general.append((position, col, tf.reshape(ids, [-1]), splits, given))
+    return blocks, general
+
+
+def _fused_outputs(table, cols, pieces, salted, training, lr_fn):
+    """Every column of one table (int ids: [B] / [B, 1], padded, ragged)
+    keyed by one TnetFlattenKeys, looked up and combined by one kernel:
+    [B, C * dim] in `cols`' order. The same keys, in the same order, and
+    the same sums as the per-column ops of the general path, with none of
+    their slices, masks and concats. Without ragged or padded columns the
+    ids keep their [B, C] places for `embed_combine`; with them the
+    padding is dropped and each key carries its example * C + column
+    segment for `segment_combine`."""
+    blocks, general = pieces
+    n = len(cols)
+    order = blocks + general
+    cats = [p[1].categorical_column for p in order]
+    compact = bool(general)
+    key = ("flatten", salted, compact, n,
+           *(p[0] for p in order),
+           *(x for p in blocks for x in (p[3], p[1].categorical_column.name)),
+           *(x for p in general for x in (p[4], p[1].categorical_column.name)))
+    keys, valid, segments = lookup.traced_once(key, lambda: _ops.tnet_flatten_keys(
+        [p[2] for p in blocks], [p[2] for p in general],
+        [p[3] for p in general],
+        salts=[fc.column_salt(c.name) for c in cats] if salted else [],
+        slots=[p[0] for p in order], num_slots=n, compact=compact,
+        names=[c.name for c in cats]))
+    combiners = [c.combiner for _, c in cols]
+    if compact:
+        rows, idx = lookup.fused_lookup(table, [keys], training, lr_fn, None,
+                                        split=False)
+        first = blocks[0][2] if blocks else general[0][3]
+        batch = (tf.shape(first, out_type=tf.int64)[0] if blocks
+                 else tf.shape(first, out_type=tf.int64)[0] - 1)
+        out = lookup.segment_combine(rows, idx, segments, batch * n,
+                                     combiners)
+        return tf.reshape(out, [-1, n * cols[0][1].dimension])
+    rows, idx = lookup.fused_lookup(table, [keys], training, lr_fn, [valid],
+                                    split=False)
+    return lookup.embed_combine(rows, tf.reshape(idx, [-1, n]),
+                                tf.ones([n], tf.int32), combiners)
 
 
 def _feature(layer, features, col):

@@ -538,6 +538,46 @@ tf.ragged.boolean_mask(ids, ids != padding) holds as flat_values and
 value_rowids(), in one pass.
 )doc");
 
+REGISTER_OP("TnetFlattenKeys")
+    .Input("block: N * int64")
+    .Input("values: M * int64")
+    .Input("splits: M * int64")
+    .Output("keys: int64")
+    .Output("valid: bool")
+    .Output("segments: int64")
+    .Attr("N: int >= 0")
+    .Attr("M: int >= 0")
+    .Attr("salts: list(int) = []")
+    .Attr("slots: list(int)")
+    .Attr("num_slots: int >= 1")
+    .Attr("compact: bool")
+    .Attr("names: list(string) = []")
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      ShapeHandle v;
+      int64_t n = 0, m = 0;
+      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
+      TF_RETURN_IF_ERROR(c->GetAttr("M", &m));
+      for (int64_t i = n; i < n + 2 * m; ++i) {
+        TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 1, &v));
+      }
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      c->set_output(2, c->Vector(c->UnknownDim()));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+The table keys of several int64 id columns of one batch in one pass, in the
+order the columns' own ops would concatenate them: first the N `block`
+columns (each B ids: [B] or [B, 1]) row-major as one [B, N] block, then
+each of the M ragged columns' values (row_splits `splits[j]`, B + 1 of
+them). A key is the id XOR its column's salt (`salts`: empty, or one per
+column, block columns first). -1 is padding.
+compact = false: keys and valid (false at padding) for every id; segments
+is empty. compact = true: the ids that are not padding only, with
+segments[k] = example * num_slots + slots[column]; valid is empty.
+`names` (one per column, optional) name the columns in error messages.
+)doc");
+
 REGISTER_OP("TnetShardOrder")
     .Input("keys: int64")
     .Input("idx: int32")
