@@ -584,3 +584,40 @@ def test_blocks_beside_ragged_and_sparse_columns_match_numpy(order):
     np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(grad, want_grad, rtol=1e-6, atol=1e-7)
     assert np.abs(out).sum() > 0 and len(row_of) == len(rows)
+
+
+def test_concat_dense_is_a_dense_layer_over_the_concat(tmp_path):
+    """tn.models' first MLP layer reads [embeddings, dense] as their concat
+    without building it: output and every gradient match a Dense layer on
+    the concat with the same weights, and a checkpoint of the plain Dense
+    MLP (as tnet wrote before) restores into it."""
+    import tf_keras
+    from tnet.models.base import ConcatDense, mlp
+    rng = np.random.default_rng(3)
+    a = tf.constant(rng.normal(size=(33, 48)).astype(np.float32))
+    b = tf.constant(rng.normal(size=(33, 13)).astype(np.float32))
+    old = tf_keras.Sequential([tf_keras.layers.Dense(16, activation="relu"),
+                               tf_keras.layers.Dense(1)])
+    old(tf.concat([a, b], 1))
+    tf.train.Checkpoint(deep=old).write(str(tmp_path / "ck"))
+    new = mlp((16,), "deep")
+    assert isinstance(new.layers[0], ConcatDense)
+    new([a, b])
+    tf.train.Checkpoint(deep=new).read(
+        str(tmp_path / "ck")).assert_existing_objects_matched()
+    grads = []
+    for model in (old, new):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch([a, b])
+            out = (model(tf.concat([a, b], 1)) if model is old
+                   else model([a, b]))
+            loss = tf.reduce_sum(out * out)
+        grads.append((out, *tape.gradient(loss, [a, b]),
+                      *tape.gradient(loss, model.trainable_weights)))
+    assert np.abs(grads[0][0].numpy()).sum() > 0
+    for want, got in zip(*grads):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-5,
+                                   atol=2e-5)
+    single = mlp((8,), "single")  # one tensor in: a plain Dense
+    np.testing.assert_array_equal(
+        single(tf.concat([a, b], 1)).shape, (33, 1))

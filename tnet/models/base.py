@@ -184,6 +184,53 @@ class Calibration(tf_keras.metrics.Metric):
 
 
 def mlp(hidden_units: Sequence[int], name: str) -> tf_keras.Sequential:
+    """ReLU layers of `hidden_units`, then one logit. Its input is one
+    tensor, or a list of tensors it reads as their concatenation (the
+    first layer is a `ConcatDense`)."""
+    units = list(hidden_units) + [1]
     return tf_keras.Sequential(
-        [tf_keras.layers.Dense(u, activation="relu") for u in hidden_units]
-        + [tf_keras.layers.Dense(1)], name=name)
+        [ConcatDense(units[0], activation="relu" if hidden_units else None)]
+        + [tf_keras.layers.Dense(u, activation="relu")
+           for u in hidden_units[1:]]
+        + ([tf_keras.layers.Dense(1)] if hidden_units else []), name=name)
+
+
+class ConcatDense(tf_keras.layers.Dense):
+    """A Dense layer over the concatenation of a list of [B, n_i] inputs,
+    without building it: x @ W = sum over i of x_i @ W[rows of input i].
+
+    The embeddings of a CTR model ([B, sum of dims], ~8 MB for a SPARSE-
+    HEAVY batch) and its dense features would otherwise be copied into a
+    concat forward, and the concat's gradient sliced back out of the
+    layer's input gradient. Its variables are a Dense layer's (one kernel
+    over the concatenated width), so checkpoints are the same; a single
+    tensor input is a plain Dense."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.input_spec = None  # one tensor or a list: checked in build
+
+    def build(self, input_shape):
+        self._widths = None
+        if isinstance(input_shape, (list, tuple)) and input_shape and all(
+                isinstance(s, (list, tuple, tf.TensorShape))
+                for s in input_shape):
+            self._widths = [int(tf.TensorShape(s)[-1]) for s in input_shape]
+            input_shape = tf.TensorShape([None, sum(self._widths)])
+        super().build(input_shape)
+        if self._widths is not None:
+            self.input_spec = None  # Dense's spec is for one tensor
+
+    def call(self, inputs):
+        if self._widths is None:
+            return super().call(inputs)
+        if len(inputs) != len(self._widths):
+            raise ValueError(f"{self.name}: built for {len(self._widths)} "
+                             f"inputs, got {len(inputs)}")
+        out = None  # split, not sliced: the kernel's gradient is one concat
+        for x, w in zip(inputs, tf.split(self.kernel, self._widths, axis=0)):
+            part = tf.matmul(x, w)
+            out = part if out is None else out + part
+        if self.use_bias:
+            out = tf.nn.bias_add(out, self.bias)
+        return self.activation(out)

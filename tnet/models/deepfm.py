@@ -41,7 +41,7 @@ class DeepFM(CTRModel):
             axis=1, keepdims=True)
         deep_in = flat
         dense = self.dense_input(features)
-        if dense is not None:
-            deep_in = tf.concat([flat, dense], axis=1)
+        if dense is not None:  # read as their concat (ConcatDense)
+            deep_in = [flat, dense]
         return (self.first_order(features, training=training) + fm
                 + self.deep(deep_in, training=training))

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import tensorflow as tf
-
 from tnet import layers
 from tnet.models.base import CTRModel, mlp
 
@@ -32,7 +30,7 @@ class WideDeep(CTRModel):
     def logits(self, features, training):
         deep_in = self.embeddings(features, training=training)
         dense = self.dense_input(features)
-        if dense is not None:
-            deep_in = tf.concat([deep_in, dense], axis=1)
+        if dense is not None:  # read as their concat (ConcatDense)
+            deep_in = [deep_in, dense]
         return (self.wide(features, training=training)
                 + self.deep(deep_in, training=training))
