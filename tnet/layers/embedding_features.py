@@ -289,9 +289,12 @@ def _int_pieces(layer, features, cols):
     """The table's columns as TnetFlattenKeys inputs, or None when one of
     them needs the general path (string ids, a SparseTensor).
 
-    Returns (blocks, general): blocks [(position, col, ids as given)] of
-    [B] / [B, 1] int64 ids; general [(position, col, values, row_splits,
-    source)] of ragged columns, and of padded [B, L] ones as L-wide rows.
+    Returns (blocks, general): blocks [(position, col, int64 ids, ids as
+    given)] of the [B] / [B, 1] columns; general [(position, col, int64
+    values, row_splits, ids as given)] of the ragged columns, and of the
+    padded [B, L] ones as rows of L ids. `position` is the column's place
+    in the table's columns (its combine slot); the ids as given key the
+    traced cache that the wide and deep layers share.
     """
     blocks, general = [], []
     for position, (_, col) in enumerate(cols):
