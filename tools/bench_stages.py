@@ -14,7 +14,13 @@ then miss the caches as in training).
 Stages, each its own `tf.function`, timed in turn within every repeat
 (A, B, C ... per repeat, the protocol's alternation), with what they read:
 
-  keys     ids [B, W] -> salted int64 keys + padding mask     (fc.keys_of)
+  keys_flat  TnetFlattenKeys, what the layer runs: the 26 [B] columns and
+           M1..M4 ragged (bench_train's input) -> salted keys without
+           padding and each key's combine segment (asserted equal to the
+           layer's merged order below)
+  keys     ids [B, W] -> salted int64 keys + padding mask (fc.keys_of on
+           the padded block; the per-column ops' core, before
+           TnetFlattenKeys; not in the sum)
   dedup    TnetUnique: unique keys, idx per id, shows per key, on the
            valid ids only (the layer compacts padded and ragged ids first;
            the unique keys and shows equal the masked call's)
@@ -106,13 +112,13 @@ REFERENCE = {"pull": "ref_gather_u", "combine": "ref_gather_n",
              "dedup": "ref_probe_n", "dedup_masked": "ref_probe_n",
              "combine_seg": "ref_gather_n",
              "grad_seg": "ref_scatter_n"}
-STAGES = ("keys", "dedup", "route", "pull", "combine", "grad", "push")
+STAGES = ("keys_flat", "dedup", "route", "pull", "combine", "grad", "push")
 # Not in the sum (other forms of work the sum has): with M1..M4 ragged
 # (bench_train's SPARSE-HEAVY input), the layer's one segment combine over
 # the block and the pieces, and its gradient; the dedup of the masked
 # block; the routes before TnetShardOrder.
-SEG_STAGES = ("combine_seg", "grad_seg", "dedup_masked", "route_partition",
-              "route_dynpart")
+SEG_STAGES = ("combine_seg", "grad_seg", "keys", "dedup_masked",
+              "route_partition", "route_dynpart")
 PS_STAGES = ("pull_ps0", "pull_ps1", "push_ps0", "push_ps1")
 REFS = ("ref_gather_u", "ref_gather_n", "ref_scatter_n", "ref_rmw_u",
         "ref_probe_n")
@@ -278,6 +284,30 @@ def main(argv=None) -> int:
     seg_seg = tf.constant(np.concatenate(seg_seg).astype(np.int64))
     n_seg = args.batch * n_cols
 
+    # The same batch as the layer gets it: single columns [B], M1..M4
+    # ragged; one TnetFlattenKeys for all (compact: no padding).
+    ids_np = ids.numpy()
+    singles = [tf.constant(ids_np[:, j]) for j in range(n_single)]
+    ragged = []
+    for m in range(len(multi)):
+        block = ids_np[:, n_single + 50 * m:n_single + 50 * (m + 1)]
+        keep = block >= 0
+        ragged.append(tf.RaggedTensor.from_row_lengths(
+            tf.constant(block[keep]), tf.constant(keep.sum(axis=1))))
+    flat_salts = [fc.column_salt(n) for n in names]
+
+    @tf.function
+    def keys_flat_fn():
+        return _ops.tnet_flatten_keys(
+            singles, [r.values for r in ragged],
+            [r.row_splits for r in ragged], salts=flat_salts,
+            slots=list(range(n_cols)), num_slots=n_cols, compact=True)
+
+    flat_keys, _, flat_seg = keys_flat_fn()
+    np.testing.assert_array_equal(flat_seg.numpy(), seg_seg.numpy())
+    np.testing.assert_array_equal(np.sort(flat_keys.numpy()),
+                                  np.sort(valid_keys.numpy()))
+
     @tf.function
     def combine_seg_fn(e):
         return _ops.tnet_segment_combine(e, seg_idx, seg_seg, n_seg, codes)
@@ -358,6 +388,7 @@ def main(argv=None) -> int:
         return refs["ref_gather_u"][-1]
 
     cases = {
+        "keys_flat": keys_flat_fn,
         "keys": lambda: keys_fn(ids),
         "dedup": lambda: dedup_fn(valid_keys, no_mask),
         "dedup_masked": lambda: dedup_fn(keys, valid),
@@ -420,7 +451,7 @@ def main(argv=None) -> int:
                  f"{ms[ref]:.2f}" if ref else "",
                  f"{m.ratio:.2f}x" if ref else ""]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"Sum of the one-process stages (keys, dedup, pull, "
+    lines += ["", f"Sum of the one-process stages (keys_flat, dedup, pull, "
               f"combine, grad, push): {sparse_ms:.1f} ms per batch, "
               f"{sparse_ms * 1e6 / n_ids:.0f} ns per id.", "",
               "Per ps (2 shards; each shard's kernel on its part of the "
