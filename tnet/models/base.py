@@ -228,9 +228,9 @@ class ConcatDense(tf_keras.layers.Dense):
             raise ValueError(f"{self.name}: built for {len(self._widths)} "
                              f"inputs, got {len(inputs)}")
         # Split, not sliced: the kernel's gradient is one concat. The
-        # first product takes the bias before the others are added
-        # (MatMul -> BiasAdd -> Add -> Relu: the pattern TensorFlow's
-        # remapper fuses into one oneDNN matmul).
+        # first product takes the bias before the others are added, so
+        # that TensorFlow's remapper fuses MatMul + BiasAdd into one
+        # oneDNN op (the Add and the activation run apart).
         parts = tf.split(self.kernel, self._widths, axis=0)
         out = tf.matmul(inputs[0], parts[0])
         if self.use_bias:
