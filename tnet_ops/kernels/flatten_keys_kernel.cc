@@ -11,6 +11,7 @@
 // every id keeps its place and `valid` marks the padding.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
