@@ -28,6 +28,12 @@ struct alignas(64) TableShard::Stripe {
   uint64_t row_cap = 0;  // 0 = unbounded
   // Keys freed since the shard's change mark (TableShard::MarkChanges).
   std::vector<int64_t> deleted;
+  // Rows inserted / admitted by the current operation on this stripe, not
+  // yet added to the shard's size_ / admitted_: EndStripeOp adds them once
+  // per operation (an atomic add per new row, on a cache line both threads
+  // write, cost more than the rest of an insert).
+  int64_t added = 0;
+  int64_t admitted = 0;
 
   uint64_t PendingBytes() const { return pending.MemoryBytes(); }
 };

@@ -66,6 +66,14 @@ std::string TableShard::TierError(bool* fatal) const {
 }
 
 bool TableShard::EndStripeOp(Stripe* s) {
+  if (s->added != 0) {
+    size_.fetch_add(s->added, std::memory_order_relaxed);
+    s->added = 0;
+  }
+  if (s->admitted != 0) {
+    admitted_.fetch_add(s->admitted, std::memory_order_relaxed);
+    s->admitted = 0;
+  }
   RowTier* t = s->arena.tier();
   if (t == nullptr) return true;
   t->Trim();
@@ -259,7 +267,7 @@ char* TableShard::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
     SetKey(row, key);
   }
   s->index.Insert(h, id);
-  size_.fetch_add(1, std::memory_order_relaxed);
+  ++s->added;
   if (inserted != nullptr) *inserted = true;
   return row;
 }
@@ -290,7 +298,7 @@ char* TableShard::FindOrAdmit(Stripe* s, int64_t key, uint64_t h, float show,
   char* row = FindOrInsert(s, key, h, ok, &inserted);
   if (row == nullptr) return nullptr;
   SetMeta(row, {step, count, click});
-  admitted_.fetch_add(1, std::memory_order_relaxed);
+  ++s->admitted;
   *fresh = true;
   return row;
 }
@@ -525,7 +533,7 @@ bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
               bool inserted = false;
               row = FindOrInsert(s, x.key, x.h, &ok, &inserted, true, &id);
               if (inserted) {
-                admitted_.fetch_add(1, std::memory_order_relaxed);
+                ++s->admitted;
                 BumpMaxStamp(MetaOf(row).last_step);
               }
               if (row == nullptr) id = HashIndex::kNotFound;
@@ -688,7 +696,7 @@ bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
               bool inserted = false;
               row = FindOrInsert(s, x.key, x.h, &ok, &inserted);
               if (row == nullptr) continue;
-              if (inserted) admitted_.fetch_add(1, std::memory_order_relaxed);
+              if (inserted) ++s->admitted;
             }
             const float* grad =
                 g.sum < 0 ? grads + x.i * dim : sums.data() + g.sum;

@@ -353,8 +353,11 @@ class TableShard {
                     float lr, int64_t step, const float* shows,
                     const float* clicks, bool unique_keys, const ParallelRunner& run);
 
-  // Ends a locked stripe operation: trims the tier's cache to its budget;
-  // false if the tier failed. Caller holds s's lock.
+  // Ends a locked stripe operation: adds the rows it inserted and admitted
+  // to size_ and admitted_ (FindOrInsert and the admissions count them in
+  // the stripe), trims the tier's cache to its budget; false if the tier
+  // failed. Caller holds s's lock; every operation that may insert calls it
+  // before it lets the lock go.
   bool EndStripeOp(Stripe* s);
 
   const TableConfig config_;
