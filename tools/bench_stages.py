@@ -47,6 +47,27 @@ Stages, each its own `tf.function`, timed in turn within every repeat
            layer's merged order), and its gradient
   push     SparseTablePush (Adagrad, unique_keys=True)
 
+  wide_pull, wide_combine, wide_grad, wide_push: the same for the wide
+           part of SPARSE-HEAVY's Wide&Deep (LinearFeatures: a dim-1 table
+           with in-table FTRL, lr 0.2, its default; the same unique keys,
+           which the layers share with the deep part's dedup; each column's
+           sum in the merged order, and its gradient)
+  dnn_only the SPARSE-HEAVY DNN (128-64-1 on a [B, 493] input, Adagrad,
+           cross-entropy) trained one step on a constant input by its
+           Keras train function: the protocol's DNN-only, as bench_train
+           times it
+  dnn_dx   the same with the gradient of its input too (a trainable
+           per-feature scale in front of the DNN), which a step that
+           trains embeddings must also compute
+  tnet_step  the whole tnet step: SPARSE-HEAVY's tn.models.WideDeep
+           (trained first on the --warm_batches batches) trained on this
+           batch (M1..M4 ragged) by its Keras train function, as
+           bench_train times it (no row is new after the first call)
+  tnet_step_fresh  the same model's step on the batches after it, one new
+           batch per call (as in bench_train's epoch)
+  pull_fresh  the pull of the next batch's unique keys, one new batch per
+           call (training: its new keys are inserted)
+
   pull_ps0, pull_ps1, push_ps0, push_ps1: what each of 2 ps runs for the
            same batch under ParameterServerStrategy: a second table of 2
            shards (in this process), warmed with the same batches, and the
@@ -73,10 +94,16 @@ repeat beside the stages (no hashing, no TensorFlow, no checks):
 
 Reported per stage: ms per batch, ns per id (N valid ids) and ns per unique
 key (U), and the ratio to its reference (stage / reference; the issue's
-target is <= 2x for dedup, combine, grad and push).
+target is <= 2x for dedup, combine, grad and push). The wide stages'
+references are the same kernels at DIM 1 (ref_w_*: a second membound run).
 
-  .venv/bin/python tools/bench_stages.py            # ~3 min on 2 cores
-  .venv/bin/python tools/bench_stages.py --quick    # smaller table, ~1 min
+Every stage above runs on the same batch call after call: its rows stay
+in cache and none is new. A training run sees each batch once, and its
+pulls insert the batch's new keys (a third of U in its first batches,
+~14% after 64): the fresh stages take a batch not seen before per call.
+
+  .venv/bin/python tools/bench_stages.py            # ~1 min on 2 cores
+  .venv/bin/python tools/bench_stages.py --quick    # smaller table, ~40 s
 """
 from __future__ import annotations
 
@@ -107,12 +134,17 @@ DIM = sh.EMBEDDING_DIM
 LR = 0.05
 
 # Stage -> the reference whose traffic bounds it.
-REFERENCE = {"pull": "ref_gather_u", "combine": "ref_gather_n",
+REFERENCE = {"pull": "ref_gather_u", "pull_fresh": "ref_gather_u",
+             "combine": "ref_gather_n",
              "grad": "ref_scatter_n", "push": "ref_rmw_u",
              "dedup": "ref_probe_n", "dedup_masked": "ref_probe_n",
              "combine_seg": "ref_gather_n",
              "grad_seg": "ref_scatter_n"}
 STAGES = ("keys_flat", "dedup", "route", "pull", "combine", "grad", "push")
+# A pull of a batch not seen before (its new keys inserted), one batch per
+# call: the regime of a training run, where pull, combine and push above
+# see the same batch call after call (its rows in cache, none new).
+FRESH_STAGES = ("pull_fresh",)
 # Not in the sum (other forms of work the sum has): with M1..M4 ragged
 # (bench_train's SPARSE-HEAVY input), the layer's one segment combine over
 # the block and the pieces, and its gradient; the dedup of the masked
@@ -122,6 +154,16 @@ SEG_STAGES = ("combine_seg", "grad_seg", "keys", "dedup_masked",
 PS_STAGES = ("pull_ps0", "pull_ps1", "push_ps0", "push_ps1")
 REFS = ("ref_gather_u", "ref_gather_n", "ref_scatter_n", "ref_rmw_u",
         "ref_probe_n")
+# The wide part (dim 1) and its references (membound at DIM 1).
+WIDE_STAGES = ("wide_pull", "wide_combine", "wide_grad", "wide_push")
+WIDE_REFS = tuple("ref_w_" + r[len("ref_"):] for r in REFS
+                  if r != "ref_probe_n")
+REFERENCE.update({"wide_pull": "ref_w_gather_u",
+                  "wide_combine": "ref_w_gather_n",
+                  "wide_grad": "ref_w_scatter_n",
+                  "wide_push": "ref_w_rmw_u"})
+DNN_STAGES = ("dnn_only", "dnn_dx", "tnet_step", "tnet_step_fresh")
+WIDE_LR = 0.2  # LinearFeatures' default in-table FTRL
 
 
 def parse_args(argv=None):
@@ -178,6 +220,9 @@ def main(argv=None) -> int:
     table = tn.SparseTable("stages", DIM, optimizer=tn.optimizer.Adagrad(LR))
     table2 = tn.SparseTable("stages_2ps", DIM, optimizer=tn.optimizer.Adagrad(LR),
                             num_shards=2)
+    wide = tn.SparseTable("stages_wide", 1,
+                          optimizer=tn.optimizer.Ftrl(WIDE_LR),
+                          initializer="zeros")
 
     @tf.function(reduce_retracing=True)
     def keys_fn(ids):
@@ -193,14 +238,22 @@ def main(argv=None) -> int:
         keys, valid = keys_fn(ids)
         uniq, _, _ = dedup_fn(keys, valid)
         return (tf.shape(table.pull(uniq, training=True))[0]
-                + tf.shape(table2.pull(uniq, training=True))[0])
+                + tf.shape(table2.pull(uniq, training=True))[0]
+                + tf.shape(wide.pull(uniq, training=True))[0])
 
     t0 = time.perf_counter()
+    seen = []  # the warm batches' (features, labels), for the model
     for b in range(args.warm_batches + 1):
-        f, _, _ = gen.batch(args.batch, "train", start=b * args.batch)
+        f, labels, _ = gen.batch(args.batch, "train", start=b * args.batch)
         ids = tf.constant(block_ids(f, names))
         if b < args.warm_batches:
             warm_fn(ids)
+            seen.append((f, labels))
+    # The batches after the timed one, one per call of the fresh stages
+    # (each case runs twice untimed, then --calls times per repeat).
+    fresh = [gen.batch(args.batch, "train",
+                       start=(args.warm_batches + 1 + b) * args.batch)[:2]
+             for b in range(2 + args.calls * args.repeats)]
     rows = int(table.size())
     print(f"table warmed: {rows} rows after {args.warm_batches} batches "
           f"({time.perf_counter() - t0:.1f}s)", flush=True)
@@ -325,6 +378,96 @@ def main(argv=None) -> int:
     np.testing.assert_allclose(grad_seg_fn(dout_seg).numpy(), de.numpy(),
                                rtol=1e-4, atol=1e-6)
     step = tf.Variable(1, dtype=tf.int64)
+    # The wide part: LinearFeatures' table (dim 1, FTRL), each column's sum
+    # in the same merged order (its layer then sums the columns).
+    sums = tf.constant([lookup.COMBINERS["sum"]] * len(names), tf.int32)
+
+    @tf.function
+    def wide_pull_fn(u):
+        return wide.pull(u, training=True)
+
+    e_w = wide_pull_fn(uniq)
+
+    @tf.function
+    def wide_combine_fn(e_w):
+        return _ops.tnet_segment_combine(e_w, seg_idx, seg_seg, n_seg, sums)
+
+    dout_w = tf.random.stateless_normal([n_seg, 1], [3, 4]) * 1e-3
+
+    @tf.function
+    def wide_grad_fn(g):
+        return _ops.tnet_segment_combine_grad(
+            g, seg_idx, seg_seg, n_seg, sums, tf.cast(n_uniq, tf.int64))
+
+    de_w = wide_grad_fn(dout_w)
+
+    @tf.function
+    def wide_push_fn(de_w):
+        wide.push(uniq, de_w, learning_rate=WIDE_LR, step=step, shows=shows,
+                  unique_keys=True)
+
+    # The DNN of SPARSE-HEAVY, one training step on a constant input, as
+    # bench_train's DNN-only (a tf_keras model and its train function); and
+    # the same with the gradient of its input (a trainable per-feature scale
+    # in front of it makes Keras compute it).
+    width = sh.deep_width()
+    dnn_data = tf.data.Dataset.from_tensors(
+        (tf.zeros([args.batch, width]), tf.zeros([args.batch, 1]))).repeat()
+
+    class InputScale(tf.keras.layers.Layer):
+        def build(self, shape):
+            self.scale = self.add_weight("scale", shape=[shape[-1]],
+                                         initializer="ones")
+
+        def call(self, x):
+            return x * self.scale
+
+    def dnn_step(with_dx):
+        inputs = tf.keras.Input((width,))
+        x = InputScale()(inputs) if with_dx else inputs
+        for units in sh.HIDDEN:
+            x = tf.keras.layers.Dense(units, activation="relu")(x)
+        m = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(x))
+        m.compile(tf.keras.optimizers.Adagrad(LR),
+                  tf.keras.losses.BinaryCrossentropy(from_logits=True))
+        fn, it = m.make_train_function(), iter(dnn_data)
+        return lambda: fn(it)
+
+    # The whole tnet step, as bench_train runs it: tn.models.WideDeep
+    # (tools/_sparse_heavy.py) trained on this batch (M1..M4 ragged) by its
+    # Keras train function. Its own tables hold only this batch's keys
+    # after the warm-up calls, so no row is new (a training batch has a few
+    # per cent new rows).
+    from tools.bench_train import sparse_heavy_dataset  # noqa: PLC0415
+
+    def batches_dataset(pairs):
+        feats = {k: np.concatenate([p[0][k] for p in pairs])
+                 for k in pairs[0][0]}
+        return sparse_heavy_dataset(
+            feats, np.concatenate([p[1] for p in pairs]), args.batch, multi)
+
+    model = sh.build_tnet(LR)
+    model_fn = model.make_train_function()
+    warm_it = iter(batches_dataset(seen))
+    for _ in seen:  # the model's tables as the bench table's
+        model_fn(warm_it)
+    model_it = iter(sparse_heavy_dataset(f, labels, args.batch,
+                                         multi).repeat())
+    fresh_it = iter(batches_dataset(fresh))
+    del seen
+
+    # pull_fresh: the unique keys of the fresh batches, one batch per call.
+    fresh_uniq = [dedup_fn(*keys_fn(tf.constant(block_ids(p[0], names))))[0]
+                  for p in fresh]
+    fresh_next = iter(fresh_uniq)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64)])
+    def pull_fresh_fn(u):  # one trace for every batch's U
+        return table.pull(u, training=True)
+
+    rows_before_fresh = int(table.size())
+
+
     # Per ps: each shard's kernels on its part of the batch's unique keys.
     route = table2.route(uniq)
     table2.pull(uniq, training=True)
@@ -375,7 +518,7 @@ def main(argv=None) -> int:
     membound = build_membound()
     idx_file = os.path.join(tempfile.mkdtemp(prefix="tnet-stages-"), "idx")
     tf.boolean_mask(idx, idx >= 0).numpy().astype(np.int32).tofile(idx_file)
-    refs: dict[str, list[float]] = {r: [] for r in REFS}
+    refs: dict[str, list[float]] = {r: [] for r in REFS + WIDE_REFS}
 
     def run_membound():
         out = subprocess.run(
@@ -385,6 +528,13 @@ def main(argv=None) -> int:
         got = dict(line.split() for line in out.strip().splitlines())
         for r in REFS:
             refs[r].append(float(got[r[len("ref_"):]]))
+        out = subprocess.run(
+            [membound, str(rows), str(n_uniq), str(n_ids), "1",
+             str(os.cpu_count() or 1), str(args.calls), idx_file],
+            check=True, capture_output=True, text=True).stdout
+        got = dict(line.split() for line in out.strip().splitlines())
+        for r in WIDE_REFS:
+            refs[r].append(float(got[r[len("ref_w_"):]]))
         return refs["ref_gather_u"][-1]
 
     cases = {
@@ -403,6 +553,14 @@ def main(argv=None) -> int:
         "push": lambda: push_fn(de),
         "pull_ps0": ps_pull(0), "pull_ps1": ps_pull(1),
         "push_ps0": ps_push(0), "push_ps1": ps_push(1),
+        "wide_pull": lambda: wide_pull_fn(uniq),
+        "wide_combine": lambda: wide_combine_fn(e_w),
+        "wide_grad": lambda: wide_grad_fn(dout_w),
+        "wide_push": lambda: wide_push_fn(de_w),
+        "dnn_only": dnn_step(False), "dnn_dx": dnn_step(True),
+        "tnet_step": lambda: model_fn(model_it),
+        "tnet_step_fresh": lambda: model_fn(fresh_it),
+        "pull_fresh": lambda: pull_fresh_fn(next(fresh_next)),
         "membound": run_membound,
     }
     for name, fn in cases.items():  # trace and warm
@@ -420,16 +578,20 @@ def main(argv=None) -> int:
     values = bc.alternate({k: v if k == "membound" else timed(v)
                            for k, v in cases.items()}, args.repeats)
     del values["membound"]
+    new_per_fresh = ((int(table.size()) - rows_before_fresh)
+                     / len(fresh_uniq))
     values.update(refs)
     ms = {k: statistics.median(v) for k, v in values.items()}
     measurements = []
-    for name in STAGES + SEG_STAGES + PS_STAGES + REFS:
+    for name in (STAGES + FRESH_STAGES + SEG_STAGES + WIDE_STAGES
+                 + DNN_STAGES + PS_STAGES + REFS + WIDE_REFS):
         ref = REFERENCE.get(name)
         ratios = (bc.paired_ratios(values[name], values[ref]) if ref
                   else None)
         measurements.append(bc.Measurement(
             "stages", name, "ms/batch", values[name], baseline=ref,
-            ratios=ratios, target=2.0 if ref and name != "pull" else None,
+            ratios=ratios, target=(2.0 if ref and name in STAGES + SEG_STAGES
+                    and name != "pull" else None),
             higher_is_better=False,
             extra={"ns_per_id": ms[name] * 1e6 / n_ids,
                    "ns_per_unique": ms[name] * 1e6 / n_uniq}))
@@ -443,7 +605,7 @@ def main(argv=None) -> int:
              "ms/batch | stage / reference |",
              "|---|---|---|---|---|---|---|"]
     for m in measurements:
-        if m.name.startswith("ref_") or m.name in PS_STAGES:
+        if m.name.startswith("ref_") or m.name in PS_STAGES + DNN_STAGES:
             continue
         ref = REFERENCE.get(m.name)
         cells = [m.name, f"{ms[m.name]:.2f}", f"{m.extra['ns_per_id']:.1f}",
@@ -461,6 +623,22 @@ def main(argv=None) -> int:
         k = int(tf.size(ps_keys[int(name[-1])]))
         lines.append(f"| {name} | {k} | {ms[name]:.2f} | "
                      f"{ms[name] * 1e6 / max(k, 1):.1f} |")
+    lines += ["", "One training step of the batch (Keras train functions):",
+              "",
+              "| | ms/batch |", "|---|---|",
+              f"| dnn_only (the protocol's DNN-only) | {ms['dnn_only']:.2f} |",
+              f"| dnn_dx (with the input's gradient) | {ms['dnn_dx']:.2f} |",
+              f"| tnet_step (the whole SPARSE-HEAVY step, this batch again) | "
+              f"{ms['tnet_step']:.2f} |",
+              f"| tnet_step_fresh (the same, a batch not seen before) | "
+              f"{ms['tnet_step_fresh']:.2f} |",
+              "", f"DNN-only / tnet step: "
+              f"{ms['dnn_only'] / ms['tnet_step']:.2f}x (this batch again), "
+              f"{ms['dnn_only'] / ms['tnet_step_fresh']:.2f}x (fresh batches)."
+              f" A fresh pull inserted {new_per_fresh:.0f} rows on average "
+              f"({100 * new_per_fresh / n_uniq:.0f}% of U): pull "
+              f"{ms['pull']:.2f} ms (this batch again) against pull_fresh "
+              f"{ms['pull_fresh']:.2f} ms."]
     md = "\n".join(lines)
     out = args.out or bc.default_out_path(
         "bench_stages" + ("-quick" if args.quick else ""))
