@@ -31,7 +31,7 @@ struct alignas(64) TableShard::Stripe {
   // Rows inserted / admitted by the current operation on this stripe, not
   // yet added to the shard's size_ / admitted_: EndStripeOp adds them once
   // per operation (an atomic add per new row, on a cache line both threads
-  // write, cost more than the rest of an insert).
+  // write, cost ~13% of a pull that inserts a third of its keys).
   int64_t added = 0;
   int64_t admitted = 0;
 
