@@ -434,10 +434,10 @@ def main(argv=None) -> int:
         return lambda: fn(it)
 
     # The whole tnet step, as bench_train runs it: tn.models.WideDeep
-    # (tools/_sparse_heavy.py) trained on this batch (M1..M4 ragged) by its
-    # Keras train function. Its own tables hold only this batch's keys
-    # after the warm-up calls, so no row is new (a training batch has a few
-    # per cent new rows).
+    # (tools/_sparse_heavy.py), first trained on the warm batches (its
+    # tables then hold what the bench tables hold), then by its Keras train
+    # function on this batch again (tnet_step: no row new after the first
+    # call) or on the batches after it (tnet_step_fresh).
     from tools.bench_train import sparse_heavy_dataset  # noqa: PLC0415
 
     def batches_dataset(pairs):
@@ -466,7 +466,6 @@ def main(argv=None) -> int:
         return table.pull(u, training=True)
 
     rows_before_fresh = int(table.size())
-
 
     # Per ps: each shard's kernels on its part of the batch's unique keys.
     route = table2.route(uniq)
@@ -520,21 +519,19 @@ def main(argv=None) -> int:
     tf.boolean_mask(idx, idx >= 0).numpy().astype(np.int32).tofile(idx_file)
     refs: dict[str, list[float]] = {r: [] for r in REFS + WIDE_REFS}
 
+    def membound_ms(dim):
+        out = subprocess.run(
+            [membound, str(rows), str(n_uniq), str(n_ids), str(dim),
+             str(os.cpu_count() or 1), str(args.calls), idx_file],
+            check=True, capture_output=True, text=True).stdout
+        return dict(line.split() for line in out.strip().splitlines())
+
     def run_membound():
-        out = subprocess.run(
-            [membound, str(rows), str(n_uniq), str(n_ids), str(DIM),
-             str(os.cpu_count() or 1), str(args.calls), idx_file],
-            check=True, capture_output=True, text=True).stdout
-        got = dict(line.split() for line in out.strip().splitlines())
-        for r in REFS:
-            refs[r].append(float(got[r[len("ref_"):]]))
-        out = subprocess.run(
-            [membound, str(rows), str(n_uniq), str(n_ids), "1",
-             str(os.cpu_count() or 1), str(args.calls), idx_file],
-            check=True, capture_output=True, text=True).stdout
-        got = dict(line.split() for line in out.strip().splitlines())
-        for r in WIDE_REFS:
-            refs[r].append(float(got[r[len("ref_w_"):]]))
+        for wanted, prefix, dim in ((REFS, "ref_", DIM),
+                                     (WIDE_REFS, "ref_w_", 1)):
+            got = membound_ms(dim)
+            for r in wanted:
+                refs[r].append(float(got[r[len(prefix):]]))
         return refs["ref_gather_u"][-1]
 
     cases = {
