@@ -10,13 +10,6 @@ default: number of CPUs). TNET_EXTRA_CFLAGS adds flags (e.g. sanitizers).
 tnet_ops/bind/bind_shim.c becomes tnet/_lib/libtnet_bind.so, a separate
 LD_PRELOAD library (see tnet/bind.py).
 
-A second op library, tnet/_lib/libtnet_ops_avx512.so, is the same library
-with the translation units of the step's hot kernels (VARIANT_SOURCES)
-compiled for AVX-512 (AVX512_FLAGS); tnet/_ops.py loads it on a CPU that
-has those instructions, the baseline library anywhere else. Every file is
-compiled with -ffp-contract=off, so no variant fuses a multiply and an add
-the baseline keeps apart: both give the same bits (tests/test_isa_variants.py).
-
 `make wheel` (pip wheel --no-build-isolation) packs both libraries into a
 wheel for this platform and Python, tagged for the TensorFlow it was built
 against: the version carries it as a local label (0.1.0+tf2.21.0), the
@@ -41,19 +34,6 @@ ROOT = pathlib.Path(__file__).resolve().parent
 OPS = ROOT / "tnet_ops"
 BASE_VERSION = "0.1.0"
 
-# The AVX-512 variant of the op library: these sources (the table's pull and
-# push, the dedup, combine and gradient kernels, the keys) are recompiled
-# with AVX512_FLAGS; every other object is the baseline's. The flags are
-# also the CPU features tnet/_ops.py requires before it loads the variant.
-VARIANT_SOURCES = ("kernels/dedup_combine_kernels.cc",
-                   "kernels/flatten_keys_kernel.cc",
-                   "kernels/pull_push_kernels.cc",
-                   "kernels/sum_rows_kernel.cc",
-                   "table/table_shard.cc",
-                   "table/table_shard_rows.cc")
-AVX512_FLAGS = ("-mavx2", "-mfma", "-mbmi2", "-mavx512f", "-mavx512bw",
-                "-mavx512dq", "-mavx512vl")
-
 
 def _tf_flags() -> tuple[list[str], list[str]]:
     try:
@@ -73,24 +53,16 @@ class BuildOps(build_ext):
     def get_ext_filename(self, fullname: str) -> str:
         return os.path.join(*fullname.split(".")) + ".so"
 
-    variants: dict = {}  # what build_info.json records of the variants
-
     def build_extension(self, ext: Extension) -> None:
         if ext.name == "tnet._lib.libtnet_bind":
             self._build_bind_shim(ext)
-            return
-        if ext.name == "tnet._lib.libtnet_ops_avx512":
-            self._build_avx512(ext)
             return
         compile_flags, link_flags = _tf_flags()
         extra = shlex.split(os.environ.get("TNET_EXTRA_CFLAGS", ""))
         cxx = os.environ.get("CXX", "g++")
         # -fno-math-errno: sqrt need not set errno (nothing reads it), so
         # the optimizers' row loops vectorize (sqrtps, same results).
-        # -ffp-contract=off: a product and a sum stay two roundings in every
-        # variant (AVX-512 has FMA; the baseline has none to contract to).
-        cflags = ["-std=c++17", "-fPIC", "-O2", "-fno-math-errno",
-                  "-ffp-contract=off", "-Wall",
+        cflags = ["-std=c++17", "-fPIC", "-O2", "-fno-math-errno", "-Wall",
                   "-Wno-sign-compare", "-Wno-deprecated-declarations",
                   f"-I{ROOT}"] + compile_flags + extra
         # TF's flags carry --std=c++17 already; keep ours for clarity.
@@ -103,55 +75,30 @@ class BuildOps(build_ext):
         headers = sorted(OPS.rglob("*.h"))
         newest_header = max((h.stat().st_mtime for h in headers), default=0)
 
-        def compile_one(src: pathlib.Path, flags=cflags, into=objdir,
-                        label="") -> pathlib.Path:
-            obj = into / (str(src.relative_to(OPS)).replace("/", "_") + ".o")
+        def compile_one(src: pathlib.Path) -> pathlib.Path:
+            obj = objdir / (str(src.relative_to(OPS)).replace("/", "_") + ".o")
             if (obj.exists() and obj.stat().st_mtime >= src.stat().st_mtime
                     and obj.stat().st_mtime >= newest_header):
                 return obj
-            cmd = [cxx, *flags, "-c", str(src), "-o", str(obj)]
-            print("[tnet build]", src.relative_to(ROOT), label, flush=True)
+            cmd = [cxx, *cflags, "-c", str(src), "-o", str(obj)]
+            print("[tnet build]", src.relative_to(ROOT), flush=True)
             subprocess.run(cmd, check=True)
             return obj
 
         jobs = int(os.environ.get("TNET_BUILD_JOBS", os.cpu_count() or 1))
-        objs = _compile_all(sources, jobs, compile_one)
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            objs = list(pool.map(compile_one, sources))
         out = pathlib.Path(self.get_ext_fullpath(ext.name))
-        _link(cxx, objs, out, link_flags + extra)
-        # What the variant needs: the baseline objects, and a way to compile
-        # its own sources (not for sanitizer builds: those keep one code path).
-        self._baseline = dict(zip(sources, objs))
-        self._variant_build = None if extra else (
-            lambda srcs: _compile_all(
-                srcs, jobs, lambda src: compile_one(
-                    src, cflags + list(AVX512_FLAGS), variant_dir,
-                    "(avx512)")))
-        variant_dir = objdir / ("avx512-" + hashlib.sha1(
-            " ".join(AVX512_FLAGS).encode()).hexdigest()[:8])
-        variant_dir.mkdir(exist_ok=True)
-        self._link_flags = link_flags + extra
-        self._cxx = cxx
-        _write_build_info(out.parent, self.variants)
-
-    def _build_avx512(self, ext: Extension) -> None:
-        """libtnet_ops_avx512.so: the baseline's objects with VARIANT_SOURCES
-        compiled for AVX-512. Without it (a sanitizer build, or a compiler
-        without those flags) the file is the baseline relinked, and
-        build_info.json does not list it, so it is never loaded."""
-        out = pathlib.Path(self.get_ext_fullpath(ext.name))
-        objs = dict(self._baseline)
-        self.variants = {}
-        if self._variant_build is not None:
-            srcs = [OPS / v for v in VARIANT_SOURCES]
-            try:
-                objs.update(zip(srcs, self._variant_build(srcs)))
-                self.variants = {"avx512": {"flags": list(AVX512_FLAGS),
-                                            "sources": list(VARIANT_SOURCES)}}
-            except subprocess.CalledProcessError as e:
-                print(f"[tnet build] no AVX-512 variant ({e}); the baseline "
-                      "library serves every CPU", flush=True)
-        _link(self._cxx, list(objs.values()), out, self._link_flags)
-        _write_build_info(out.parent, self.variants)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        # Linked aside, then renamed: a process that has the old library
+        # loaded (a running test or job) keeps its mapping intact.
+        tmp = out.with_name(out.name + ".tmp")
+        cmd = [cxx, "-shared", "-o", str(tmp), *map(str, objs), *link_flags,
+               *extra]
+        print("[tnet build] link", out, flush=True)
+        subprocess.run(cmd, check=True)
+        os.replace(tmp, out)
+        _write_build_info(out.parent)
 
     def run(self) -> None:
         # In-place builds (`make build`'s editable install, build_ext
@@ -159,7 +106,7 @@ class BuildOps(build_ext):
         # libraries into the source tree: the build record goes with them.
         super().run()
         if self.inplace:
-            _write_build_info(ROOT / "tnet" / "_lib", self.variants)
+            _write_build_info(ROOT / "tnet" / "_lib")
 
     def _build_bind_shim(self, ext: Extension) -> None:
         """The LD_PRELOAD bind library (plain C, no TensorFlow; tnet/bind.py)."""
@@ -183,31 +130,14 @@ def _tf_version() -> str:
         return ""
 
 
-def _compile_all(sources, jobs, compile_one):
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        return list(pool.map(compile_one, sources))
-
-
-def _link(cxx, objs, out: pathlib.Path, flags) -> None:
-    """Linked aside, then renamed: a process that has the old library
-    loaded (a running test or job) keeps its mapping intact."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    print("[tnet build] link", out, flush=True)
-    subprocess.run([cxx, "-shared", "-o", str(tmp), *map(str, objs), *flags],
-                   check=True)
-    os.replace(tmp, out)
-
-
-def _write_build_info(lib_dir: pathlib.Path, variants=None) -> None:
+def _write_build_info(lib_dir: pathlib.Path) -> None:
     """Records, beside the library, the TensorFlow it links against (and
     the compiler), for tnet/_ops.py to check before loading it."""
     import tensorflow as tf  # noqa: PLC0415
     info = {"tensorflow": tf.__version__, "tnet": BASE_VERSION,
             "cxx11_abi": int(tf.sysconfig.CXX11_ABI_FLAG),
             "compiler": os.environ.get("CXX", "g++"),
-            "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
-            "variants": variants or {}}
+            "python": f"{sys.version_info[0]}.{sys.version_info[1]}"}
     tmp = lib_dir / "build_info.json.tmp"
     tmp.write_text(json.dumps(info, indent=1) + "\n")
     os.replace(tmp, lib_dir / "build_info.json")
@@ -240,7 +170,6 @@ setup(
     python_requires=">=3.11,<3.12",   # what is pinned and tested
     install_requires=_runtime_requirements(),
     ext_modules=[Extension("tnet._lib.libtnet_ops", sources=[]),
-                 Extension("tnet._lib.libtnet_ops_avx512", sources=[]),
                  Extension("tnet._lib.libtnet_bind", sources=[])],
     cmdclass={"build_ext": BuildOps},
     zip_safe=False,

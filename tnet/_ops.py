@@ -3,86 +3,30 @@
 Every process that runs a tnet op (the chief, each worker and each ps task)
 must load the library before it starts a tf.distribute.Server, or graphs
 that reach it fail with "Op type not registered".
-
-Which library: on a CPU with AVX-512 (and the other features setup.py's
-AVX512_FLAGS name), libtnet_ops_avx512.so, whose hot kernels use those
-instructions and give the same bits; anywhere else libtnet_ops.so, built for
-any x86-64. TNET_OPS_ISA=baseline forces the latter, =avx512 the former (an
-error where it cannot run); unset or "auto" chooses. `isa` says which.
 """
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import sys
 
 import tensorflow as tf
 
 _LIB_DIR = pathlib.Path(__file__).resolve().parent / "_lib"
-_BASELINE_PATH = _LIB_DIR / "libtnet_ops.so"
+_LIB_PATH = _LIB_DIR / "libtnet_ops.so"
 _BUILD_INFO = _LIB_DIR / "build_info.json"  # written by setup.py's build
-# The CPU features (as /proc/cpuinfo names them) of each variant's flags.
-_VARIANT_CPU = {"avx512": {"avx2", "fma", "bmi2", "avx512f", "avx512bw",
-                           "avx512dq", "avx512vl"}}
 _REBUILD = ("rebuild tnet against the installed TensorFlow (`make build` in a "
             "checkout, or `make wheel` and install that wheel), or install "
             "the TensorFlow it was built for")
 
 
-def _build_info() -> dict:
-    try:
-        info = json.loads(_BUILD_INFO.read_text())
-    except (OSError, ValueError):
-        return {}
-    return info if isinstance(info, dict) else {}
-
-
 def built_for() -> str | None:
     """The TensorFlow version the op library was built against (from
     build_info.json beside it), or None if that is not recorded."""
-    version = _build_info().get("tensorflow")
-    return version if isinstance(version, str) else None
-
-
-def _cpu_features() -> set:
-    """The CPU's feature flags (Linux /proc/cpuinfo; empty elsewhere)."""
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def _choose_library() -> tuple[str, pathlib.Path]:
-    """(isa, path) of the op library this process loads."""
-    want = os.environ.get("TNET_OPS_ISA", "auto").strip().lower() or "auto"
-    if want not in ("auto", "baseline", *_VARIANT_CPU):
-        raise OpLibraryError(
-            f"TNET_OPS_ISA={want!r} is not one of auto, baseline, "
-            f"{', '.join(_VARIANT_CPU)}: unset it to let tnet choose.")
-    if want == "baseline":
-        return "baseline", _BASELINE_PATH
-    built = _build_info().get("variants")
-    built = built if isinstance(built, dict) else {}
-    for isa, needs in _VARIANT_CPU.items():
-        if want not in ("auto", isa):
-            continue
-        path = _LIB_DIR / f"libtnet_ops_{isa}.so"
-        missing = sorted(needs - _cpu_features())
-        if isa in built and path.exists() and not missing:
-            return isa, path
-        if want == isa:
-            why = (f"this CPU lacks {', '.join(missing)}" if missing else
-                   "this build has no such library (a sanitizer build, or "
-                   "a compiler without those flags)")
-            raise OpLibraryError(
-                f"TNET_OPS_ISA={isa}: {why}; unset TNET_OPS_ISA to load the "
-                "library this machine can run.")
-    return "baseline", _BASELINE_PATH
+        return json.loads(_BUILD_INFO.read_text())["tensorflow"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 class OpLibraryError(ImportError):
@@ -113,11 +57,6 @@ def _load_checked():
     to load with an undefined C++ symbol, or loads and crashes later; the
     recorded version turns that into one line saying what to do."""
     built = built_for()
-    global isa, _LIB_PATH
-    # The baseline library is in every build: without it the install is
-    # broken, whichever library this CPU would run.
-    isa, _LIB_PATH = _choose_library() if _BASELINE_PATH.exists() else (
-        "baseline", _BASELINE_PATH)
     if not _LIB_PATH.exists():
         raise OpLibraryError(
             f"tnet's op library is missing ({_LIB_PATH}"
@@ -141,8 +80,6 @@ def _load_checked():
             f"{str(e).splitlines()[0][:200]}; {_REBUILD}.") from None
 
 
-isa = "baseline"  # which op library this process runs (_choose_library)
-_LIB_PATH = _BASELINE_PATH
 ops = _load()
 library_path = str(_LIB_PATH)
 

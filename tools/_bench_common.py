@@ -88,9 +88,6 @@ def versions() -> dict[str, str]:
         out["tf_keras"] = tf_keras.__version__
     except ImportError:
         pass
-    ops = sys.modules.get("tnet._ops")  # loaded by the run: which library
-    if ops is not None:
-        out["tnet_ops"] = getattr(ops, "isa", "baseline")
     return out
 
 
@@ -291,8 +288,7 @@ def header_markdown(info: dict[str, Any], title: str) -> str:
         f"load average at start {m['load_avg_at_start'][0]:.2f}",
         f"- date: {info['date']}",
         f"- python {v['python']}, tensorflow {v['tensorflow']}, "
-        f"numpy {v['numpy']}"
-        + (f", tnet op library {v['tnet_ops']}" if "tnet_ops" in v else ""),
+        f"numpy {v['numpy']}",
     ])
 
 

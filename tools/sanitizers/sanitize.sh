@@ -57,11 +57,6 @@ rm -rf "$out/pkg" && mkdir -p "$out/pkg"
 cp -r tnet "$out/pkg/"
 find "$out/pkg" -name __pycache__ -prune -exec rm -rf {} +
 cp "$out/lib/tnet/_lib/libtnet_ops.so" "$out/pkg/tnet/_lib/libtnet_ops.so"
-# One code path under a sanitizer: the baseline library (its build record
-# lists no variant, and the normal build's AVX-512 library is not copied).
-cp "$out/lib/tnet/_lib/build_info.json" "$out/pkg/tnet/_lib/build_info.json"
-rm -f "$out/pkg/tnet/_lib/libtnet_ops_avx512.so"
-export TNET_OPS_ISA=baseline
 
 echo "== [$kind] table stress driver (no TensorFlow)"
 $CXX -std=c++17 -O1 -g $driver_flags -I. tools/sanitizers/table_stress.cc \
