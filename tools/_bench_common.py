@@ -91,14 +91,28 @@ def versions() -> dict[str, str]:
     return out
 
 
+def _commit() -> tuple[str, bool]:
+    """(commit, dirty). A copy that is not a git checkout (a `git archive`
+    of a commit, for A/B runs of two versions side by side) has no commit
+    of its own: TNET_BENCH_COMMIT names the one it was made from."""
+    commit = _git("rev-parse", "HEAD")
+    if commit != "unknown":
+        # Uncommitted changes make the commit an approximation: say so.
+        return commit, bool(_git("status", "--porcelain",
+                                 "--untracked-files=no"))
+    given = os.environ.get("TNET_BENCH_COMMIT", "").strip()
+    if given:
+        return f"{given} (TNET_BENCH_COMMIT; {REPO_ROOT} is not a git checkout)", False
+    return f"unknown ({REPO_ROOT} is not a git checkout; set TNET_BENCH_COMMIT)", False
+
+
 def run_info() -> dict[str, Any]:
     """Everything the protocol asks to store with a figure, except results."""
+    commit, dirty = _commit()
     return {
         "command": " ".join([sys.executable] + sys.argv),
-        "git_commit": _git("rev-parse", "HEAD"),
-        # Uncommitted changes make the commit an approximation: say so.
-        "git_dirty": bool(_git("status", "--porcelain",
-                               "--untracked-files=no")),
+        "git_commit": commit,
+        "git_dirty": dirty,
         "date": datetime.datetime.now().astimezone().isoformat(
             timespec="seconds"),
         "machine": machine_info(),
