@@ -101,9 +101,10 @@ def _commit() -> tuple[str, bool]:
         return commit, bool(_git("status", "--porcelain",
                                  "--untracked-files=no"))
     given = os.environ.get("TNET_BENCH_COMMIT", "").strip()
+    where = f"{REPO_ROOT} is not a git checkout"
     if given:
-        return f"{given} (TNET_BENCH_COMMIT; {REPO_ROOT} is not a git checkout)", False
-    return f"unknown ({REPO_ROOT} is not a git checkout; set TNET_BENCH_COMMIT)", False
+        return f"{given} (TNET_BENCH_COMMIT; {where})", False
+    return f"unknown ({where}; set TNET_BENCH_COMMIT)", False
 
 
 def run_info() -> dict[str, Any]:
