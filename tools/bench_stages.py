@@ -81,10 +81,13 @@ repeat beside the stages (no hashing, no TensorFlow, no checks):
 
   ref_gather_u   copy U random 64-byte rows of an [R, 16] float32 array of
                  the table's row count R (pull's traffic)
-  ref_gather_n   read the rows of the batch's N ids (batch order) from
-                 E [U, 16] (combine's reads)
-  ref_scatter_n  add N 64-byte rows into [U, 16] at the ids' indices (the
-                 combine gradient's scatter-add)
+  ref_gather_seg sum the rows of the batch's N ids from E [U, 16] into
+                 their output rows (the layer's merged order: the single
+                 columns row-major, then each multi-valued column's ids in
+                 example order) and write those rows: the combine's
+                 traffic (TnetEmbedCombine's batch order moves the same)
+  ref_scatter_seg zero dE [U, 16], then add each id's output-row gradient
+                 into its row of dE (the combine gradient's traffic)
   ref_rmw_u      Adagrad on U random rows of [R, 32] (weights and
                  accumulator side by side: 128 bytes read and written per
                  key, the push's traffic without the 16 bytes of meta)
@@ -135,11 +138,11 @@ LR = 0.05
 
 # Stage -> the reference whose traffic bounds it.
 REFERENCE = {"pull": "ref_gather_u", "pull_fresh": "ref_gather_u",
-             "combine": "ref_gather_n",
-             "grad": "ref_scatter_n", "push": "ref_rmw_u",
+             "combine": "ref_gather_seg",
+             "grad": "ref_scatter_seg", "push": "ref_rmw_u",
              "dedup": "ref_probe_n", "dedup_masked": "ref_probe_n",
-             "combine_seg": "ref_gather_n",
-             "grad_seg": "ref_scatter_n"}
+             "combine_seg": "ref_gather_seg",
+             "grad_seg": "ref_scatter_seg"}
 STAGES = ("keys_flat", "dedup", "route", "pull", "combine", "grad", "push")
 # A pull of a batch not seen before (its new keys inserted), one batch per
 # call: the regime of a training run, where pull, combine and push above
@@ -152,15 +155,15 @@ FRESH_STAGES = ("pull_fresh",)
 SEG_STAGES = ("combine_seg", "grad_seg", "keys", "dedup_masked",
               "route_partition", "route_dynpart")
 PS_STAGES = ("pull_ps0", "pull_ps1", "push_ps0", "push_ps1")
-REFS = ("ref_gather_u", "ref_gather_n", "ref_scatter_n", "ref_rmw_u",
+REFS = ("ref_gather_u", "ref_gather_seg", "ref_scatter_seg", "ref_rmw_u",
         "ref_probe_n")
 # The wide part (dim 1) and its references (membound at DIM 1).
 WIDE_STAGES = ("wide_pull", "wide_combine", "wide_grad", "wide_push")
 WIDE_REFS = tuple("ref_w_" + r[len("ref_"):] for r in REFS
                   if r != "ref_probe_n")
 REFERENCE.update({"wide_pull": "ref_w_gather_u",
-                  "wide_combine": "ref_w_gather_n",
-                  "wide_grad": "ref_w_scatter_n",
+                  "wide_combine": "ref_w_gather_seg",
+                  "wide_grad": "ref_w_scatter_seg",
                   "wide_push": "ref_w_rmw_u"})
 DNN_STAGES = ("dnn_only", "dnn_dx", "tnet_step", "tnet_step_fresh")
 WIDE_LR = 0.2  # LinearFeatures' default in-table FTRL
@@ -515,14 +518,18 @@ def main(argv=None) -> int:
     # The memory-bound references: tools/membound.cc on the same sizes and
     # the batch's own index order, run once per repeat beside the stages.
     membound = build_membound()
-    idx_file = os.path.join(tempfile.mkdtemp(prefix="tnet-stages-"), "idx")
-    tf.boolean_mask(idx, idx >= 0).numpy().astype(np.int32).tofile(idx_file)
+    ref_dir = tempfile.mkdtemp(prefix="tnet-stages-")
+    idx_file = os.path.join(ref_dir, "idx")
+    seg_file = os.path.join(ref_dir, "seg")
+    seg_idx.numpy().astype(np.int32).tofile(idx_file)
+    seg_seg.numpy().astype(np.int32).tofile(seg_file)
     refs: dict[str, list[float]] = {r: [] for r in REFS + WIDE_REFS}
 
     def membound_ms(dim):
         out = subprocess.run(
             [membound, str(rows), str(n_uniq), str(n_ids), str(dim),
-             str(os.cpu_count() or 1), str(args.calls), idx_file],
+             str(os.cpu_count() or 1), str(args.calls), idx_file, seg_file,
+             str(n_seg)],
             check=True, capture_output=True, text=True).stdout
         return dict(line.split() for line in out.strip().splitlines())
 
