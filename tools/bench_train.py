@@ -24,7 +24,11 @@ Compared in the same run, alternating A, B, C, ...:
   `[B, 2]` padded with -1, `tf.RaggedTensor` and `tf.SparseTensor`, each
   compared with `[B]` (every form takes the fused path);
 - DNN-only: the same DNN fed a constant input of the same width (the
-  physical limit of this dense-bound configuration).
+  physical limit of this dense-bound configuration);
+- DNN with its input's gradient: the same behind a trainable per-feature
+  scale, so that Keras also computes the gradient of the DNN's input, as
+  every model that trains embeddings must (no target: tnet against it
+  shows what the sparse side costs beyond that dense work).
 Throughput: examples/s of the Keras train function over --steps steps
 after a warm-up, median of --repeats, from in-memory batches (no parsing);
 both models without training metrics. Quality: AUC on a fresh hold-out after --epochs epochs over
@@ -142,15 +146,43 @@ def build_stock(lr, bins, reduce="floormod"):
     return model
 
 
-def build_dnn_only(lr, width):
+class _InputScale(tf_keras.layers.Layer):
+    """A trainable per-feature scale (starts at 1): with it, Keras computes
+    the gradient of the DNN's input, as every model that trains embeddings
+    must (DNN-only on a constant input skips it)."""
+
+    def build(self, shape):
+        self.scale = self.add_weight("scale", shape=[shape[-1]],
+                                     initializer="ones")
+
+    def call(self, x):
+        return x * self.scale
+
+
+def build_dnn_only(lr, width, hidden=HIDDEN, input_grad=False):
+    """The configuration's DNN on a constant [B, width] input; with
+    `input_grad`, behind _InputScale (the DNN with its input's gradient)."""
     inputs = tf_keras.Input((width,))
-    x = inputs
-    for units in HIDDEN:
+    x = _InputScale()(inputs) if input_grad else inputs
+    for units in hidden:
         x = tf_keras.layers.Dense(units, activation="relu")(x)
     model = tf_keras.Model(inputs, tf_keras.layers.Dense(1)(x))
     model.compile(tf_keras.optimizers.Adagrad(lr),
                   tf_keras.losses.BinaryCrossentropy(from_logits=True))
     return model
+
+
+def dnn_dx_measurements(section, tnet_figure, values):
+    """The DNN with its input's gradient, and tnet against it (no target:
+    what the sparse side costs beyond the dense work any embedding model
+    has)."""
+    return [
+        bc.Measurement(section, "DNN with its input's gradient (constant "
+                       "input)", "examples/s", values["dnn_dx"], "DNN-only",
+                       bc.paired_ratios(values["dnn_dx"], values["dnn_only"])),
+        bc.Measurement(section, tnet_figure, "examples/s", values["tnet"],
+                       "DNN with its input's gradient",
+                       bc.paired_ratios(values["tnet"], values["dnn_dx"]))]
 
 
 def stock_scores(model, ds):
@@ -181,11 +213,12 @@ def main() -> int:
     models = {"tnet": build_tnet(args.lr),
               "stock": build_stock(args.lr, args.bins),
               "stock_hashing": build_stock(args.lr, args.bins, "hashing"),
-              "dnn_only": build_dnn_only(args.lr, width)}
+              "dnn_only": build_dnn_only(args.lr, width),
+              "dnn_dx": build_dnn_only(args.lr, width, input_grad=True)}
     data = {"tnet": tf_dataset(train_f, train_y, args.batch, True),
             "stock": tf_dataset(train_f, train_y, args.batch, True),
             "stock_hashing": tf_dataset(train_f, train_y, args.batch, True),
-            "dnn_only": dnn_ds}
+            "dnn_only": dnn_ds, "dnn_dx": dnn_ds}
     forms = () if args.no_forms else FORMS
     for form in forms:
         models[f"tnet_{form}"] = build_tnet(args.lr)
@@ -230,6 +263,8 @@ def main() -> int:
                        values["tnet"], "stock hashed Adagrad",
                        bc.paired_ratios(values["tnet"],
                                         values["stock_hashing"])),
+        *dnn_dx_measurements("WD-400 one process", "tnet WD, Adagrad",
+                             values),
     ]
     for form in forms:
         measurements.append(bc.Measurement(
@@ -321,7 +356,8 @@ def main_sparse_heavy(args, info) -> int:
       the >= 2x target;
     - tnet with M1..M4 as [B, 50] padded with -1 (input form, vs ragged;
       skipped with --no_forms);
-    - DNN-only: the 128-64 DNN fed a constant [B, 493] input.
+    - DNN-only: the 128-64 DNN fed a constant [B, 493] input, and the
+      same with its input's gradient (build_dnn_only's input_grad).
     Quality: fresh tnet and stock (ragged) models, the same examples in the
     same order, hold-out AUC beside the oracle's.
     """
@@ -350,16 +386,6 @@ def main_sparse_heavy(args, info) -> int:
     dnn_ds = tf.data.Dataset.from_tensors(
         (tf.zeros([args.batch, width]), tf.zeros([args.batch, 1]))).repeat()
 
-    def dnn_only():
-        inputs = tf_keras.Input((width,))
-        x = inputs
-        for units in sh.HIDDEN:
-            x = tf_keras.layers.Dense(units, activation="relu")(x)
-        model = tf_keras.Model(inputs, tf_keras.layers.Dense(1)(x))
-        model.compile(tf_keras.optimizers.Adagrad(args.lr),
-                      tf_keras.losses.BinaryCrossentropy(from_logits=True))
-        return model
-
     models = {"tnet": sh.build_tnet(args.lr)}
     data = {"tnet": ragged.repeat().prefetch(4)}
     for form in forms:
@@ -369,8 +395,9 @@ def main_sparse_heavy(args, info) -> int:
     if not args.no_forms:
         models["tnet_padded"] = sh.build_tnet(args.lr)
         data["tnet_padded"] = padded.repeat().prefetch(4)
-    models["dnn_only"] = dnn_only()
-    data["dnn_only"] = dnn_ds
+    for name, dx in (("dnn_only", False), ("dnn_dx", True)):
+        models[name] = build_dnn_only(args.lr, width, sh.HIDDEN, dx)
+        data[name] = dnn_ds
     iters = {k: iter(v) for k, v in data.items()}
 
     def fit_steps(name, steps):
@@ -414,6 +441,8 @@ def main_sparse_heavy(args, info) -> int:
         section, "tnet WD, Adagrad, M as RaggedTensor", "examples/s",
         values["tnet"], "DNN-only",
         bc.paired_ratios(values["tnet"], values["dnn_only"])))
+    measurements += dnn_dx_measurements(
+        section, "tnet WD, Adagrad, M as RaggedTensor", values)
     if not args.no_forms:
         measurements.append(bc.Measurement(
             "SPARSE-HEAVY input forms", "tnet WD, M as [B, 50] padded with -1",
