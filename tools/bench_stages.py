@@ -68,6 +68,9 @@ Stages, each its own `tf.function`, timed in turn within every repeat
   pull_fresh  the pull of the next batch's unique keys, one new batch per
            call (training: its new keys are inserted)
 
+  call     a tf.function that runs one trivial op (x + 1 on a scalar):
+           the call from Python that every stage's time includes
+
   pull_ps0, pull_ps1, push_ps0, push_ps1: what each of 2 ps runs for the
            same batch under ParameterServerStrategy: a second table of 2
            shards (in this process), warmed with the same batches, and the
@@ -79,8 +82,11 @@ g++ -O2 -march=native, all cores, software prefetch) does only the memory
 traffic of a stage, on the same sizes and the batch's own indices, once per
 repeat beside the stages (no hashing, no TensorFlow, no checks):
 
-  ref_gather_u   copy U random 64-byte rows of an [R, 16] float32 array of
-                 the table's row count R (pull's traffic)
+  ref_gather_u   copy 64 bytes from each of U random rows of an array of
+                 the table's R rows, each as far apart as the table's
+                 memory per row (memory_bytes() / size(): rows, index and
+                 bookkeeping), so the working set is the table's (pull's
+                 traffic)
   ref_gather_seg sum the rows of the batch's N ids from E [U, 16] into
                  their output rows (the layer's merged order: the single
                  columns row-major, then each multi-valued column's ids in
@@ -88,7 +94,7 @@ repeat beside the stages (no hashing, no TensorFlow, no checks):
                  traffic (TnetEmbedCombine's batch order moves the same)
   ref_scatter_seg zero dE [U, 16], then add each id's output-row gradient
                  into its row of dE (the combine gradient's traffic)
-  ref_rmw_u      Adagrad on U random rows of [R, 32] (weights and
+  ref_rmw_u      Adagrad on U random rows of the same array (weights and
                  accumulator side by side: 128 bytes read and written per
                  key, the push's traffic without the 16 bytes of meta)
   ref_probe_n    per id: read its 8-byte key in order, one random 16-byte
@@ -98,7 +104,8 @@ repeat beside the stages (no hashing, no TensorFlow, no checks):
 Reported per stage: ms per batch, ns per id (N valid ids) and ns per unique
 key (U), and the ratio to its reference (stage / reference; the issue's
 target is <= 2x for dedup, combine, grad and push). The wide stages'
-references are the same kernels at DIM 1 (ref_w_*: a second membound run).
+references are the same kernels at DIM 1 over the wide table's memory per
+row (ref_w_*: a second membound run).
 
 Every stage above runs on the same batch call after call: its rows stay
 in cache and none is new. A training run sees each batch once, and its
@@ -166,6 +173,7 @@ REFERENCE.update({"wide_pull": "ref_w_gather_u",
                   "wide_grad": "ref_w_scatter_seg",
                   "wide_push": "ref_w_rmw_u"})
 DNN_STAGES = ("dnn_only", "dnn_dx", "tnet_step", "tnet_step_fresh")
+CALL_STAGES = ("call",)
 WIDE_LR = 0.2  # LinearFeatures' default in-table FTRL
 
 
@@ -510,6 +518,14 @@ def main(argv=None) -> int:
                 lr_t, step, ps_shows[i], no_clicks, dim=DIM, unique_keys=True)
         return fn
 
+    # What every stage's time carries besides its kernel: a tf.function
+    # call from Python that runs one trivial op.
+    one = tf.constant(1.0)
+
+    @tf.function
+    def call_fn(x):
+        return x + 1.0
+
     @tf.function
     def push_fn(de):
         table.push(uniq, de, learning_rate=LR, step=step, shows=shows,
@@ -525,23 +541,28 @@ def main(argv=None) -> int:
     seg_seg.numpy().astype(np.int32).tofile(seg_file)
     refs: dict[str, list[float]] = {r: [] for r in REFS + WIDE_REFS}
 
-    def membound_ms(dim):
+    row_bytes_seen: dict[str, list[int]] = {"deep": [], "wide": []}
+
+    def membound_ms(dim, t):
+        row_bytes = int(t.memory_bytes()) // max(int(t.size()), 1)
+        row_bytes_seen["wide" if t is wide else "deep"].append(row_bytes)
         out = subprocess.run(
             [membound, str(rows), str(n_uniq), str(n_ids), str(dim),
              str(os.cpu_count() or 1), str(args.calls), idx_file, seg_file,
-             str(n_seg)],
+             str(n_seg), str(row_bytes)],
             check=True, capture_output=True, text=True).stdout
         return dict(line.split() for line in out.strip().splitlines())
 
     def run_membound():
-        for wanted, prefix, dim in ((REFS, "ref_", DIM),
-                                     (WIDE_REFS, "ref_w_", 1)):
-            got = membound_ms(dim)
+        for wanted, prefix, dim, t in ((REFS, "ref_", DIM, table),
+                                        (WIDE_REFS, "ref_w_", 1, wide)):
+            got = membound_ms(dim, t)
             for r in wanted:
                 refs[r].append(float(got[r[len(prefix):]]))
         return refs["ref_gather_u"][-1]
 
     cases = {
+        "call": lambda: call_fn(one),
         "keys_flat": keys_flat_fn,
         "keys": lambda: keys_fn(ids),
         "dedup": lambda: dedup_fn(valid_keys, no_mask),
@@ -588,7 +609,7 @@ def main(argv=None) -> int:
     ms = {k: statistics.median(v) for k, v in values.items()}
     measurements = []
     for name in (STAGES + FRESH_STAGES + SEG_STAGES + WIDE_STAGES
-                 + DNN_STAGES + PS_STAGES + REFS + WIDE_REFS):
+                 + DNN_STAGES + PS_STAGES + CALL_STAGES + REFS + WIDE_REFS):
         ref = REFERENCE.get(name)
         ratios = (bc.paired_ratios(values[name], values[ref]) if ref
                   else None)
@@ -609,7 +630,8 @@ def main(argv=None) -> int:
              "ms/batch | stage / reference |",
              "|---|---|---|---|---|---|---|"]
     for m in measurements:
-        if m.name.startswith("ref_") or m.name in PS_STAGES + DNN_STAGES:
+        if (m.name.startswith("ref_")
+                or m.name in PS_STAGES + DNN_STAGES + CALL_STAGES):
             continue
         ref = REFERENCE.get(m.name)
         cells = [m.name, f"{ms[m.name]:.2f}", f"{m.extra['ns_per_id']:.1f}",
@@ -620,6 +642,14 @@ def main(argv=None) -> int:
     lines += ["", f"Sum of the one-process stages (keys_flat, dedup, pull, "
               f"combine, grad, push): {sparse_ms:.1f} ms per batch, "
               f"{sparse_ms * 1e6 / n_ids:.0f} ns per id.", "",
+              "The pull and push references stride the tables' memory per "
+              f"row: deep {min(row_bytes_seen['deep'])}-"
+              f"{max(row_bytes_seen['deep'])} B, wide "
+              f"{min(row_bytes_seen['wide'])}-{max(row_bytes_seen['wide'])} B"
+              " (memory_bytes() / size() when each reference ran). Each "
+              "stage's time includes one call from Python (a tf.function "
+              f"running one trivial op: {ms['call'] * 1e3:.0f} us); the "
+              "references' do not.", "",
               "Per ps (2 shards; each shard's kernel on its part of the "
               "unique keys, no RPC):", "",
               "| ps stage | keys | ms/batch | ns/key on that ps |", "|---|---|---|---|"]

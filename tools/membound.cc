@@ -3,7 +3,7 @@
 // hashing, no TensorFlow, no checks), on all cores, so a stage's time can
 // be put beside the limit of this machine. Not part of the op library.
 //
-//   membound R U N DIM THREADS CALLS IDX_FILE SEG_FILE NSEG
+//   membound R U N DIM THREADS CALLS IDX_FILE SEG_FILE NSEG ROW_BYTES
 //
 // IDX_FILE holds the batch's N int32 indices into [0, U) in the combine's
 // merged order and SEG_FILE the N int32 output rows (segments, in
@@ -11,14 +11,18 @@
 // one line per kernel: "<name> <ms per call>" (the median of CALLS calls).
 // Each kernel is compiled for its row width (DIM 1 and 16 unrolled, others
 // generic) and prefetches the rows it reads at random.
-//   gather_u     copy U random DIM-float rows of an [R, DIM] table
+// ROW_BYTES is the table's memory per row (rows, index and bookkeeping:
+// its memory_bytes() / size()); gather_u and rmw_u touch R rows that far
+// apart (at least 2 * DIM floats), so their working set is the table's.
+//   gather_u     copy the first DIM floats of U random rows
 //   gather_seg   sum the rows of the N indices from [U, DIM] into their
 //                segments, writing NSEG rows (a combine's traffic)
 //   scatter_seg  zero [U, DIM], then add each id's segment row of
 //                [NSEG, DIM] into its index's row (a combine gradient's),
 //                each thread listing the ids of the rows it owns
-//   rmw_u        Adagrad-shaped read-modify-write of U random rows of
-//                [R, 2 * DIM] (weights + accumulator side by side)
+//   rmw_u        Adagrad-shaped read-modify-write of the first 2 * DIM
+//                floats (weights + accumulator side by side) of U random
+//                rows
 //   probe_n      per id: read its 8-byte key (in order), one random 16-byte
 //                read from a [2U] array of pairs, write a 4-byte index
 #include <algorithm>
@@ -61,6 +65,7 @@ constexpr int kAhead = 16;  // prefetch distance, in ids or keys
 
 struct Data {
   int64_t R, U, N, nseg;
+  int64_t row_floats;  // the rows' stride
   int threads, calls;
   std::vector<int32_t> idx, seg;
   std::vector<int64_t> rand_u, rand_probe;
@@ -85,7 +90,8 @@ void Run(const Data& d, int dim_arg) {
   const int64_t R = d.R, U = d.U, N = d.N;
   const int32_t* idx = d.idx.data();
   const int32_t* seg = d.seg.data();
-  std::vector<float> table(R * dim, 0.5f), wide(R * 2 * dim, 0.1f);
+  const int64_t stride = d.row_floats;
+  std::vector<float> table(R * stride, 0.5f);
   std::vector<float> e(U * dim, 0.25f), out(U * dim), grad(U * dim, 1e-3f);
   std::vector<float> seg_out(d.nseg * dim), dseg(d.nseg * dim, 1e-3f);
   std::vector<uint64_t> probe(4 * U, 7), keys(N, 3);
@@ -97,8 +103,8 @@ void Run(const Data& d, int dim_arg) {
     Parallel(d.threads, U, [&](int, int64_t b, int64_t end) {
       for (int64_t i = b; i < end; ++i) {
         if (i + kAhead < end)
-          __builtin_prefetch(&table[d.rand_u[i + kAhead] * dim]);
-        const float* src = &table[d.rand_u[i] * dim];
+          __builtin_prefetch(&table[d.rand_u[i + kAhead] * stride]);
+        const float* src = &table[d.rand_u[i] * stride];
         float* dst = &out[i * dim];
         for (int k = 0; k < dim; ++k) dst[k] = src[k];
       }
@@ -152,8 +158,8 @@ void Run(const Data& d, int dim_arg) {
     Parallel(d.threads, U, [&](int, int64_t b, int64_t end) {
       for (int64_t i = b; i < end; ++i) {
         if (i + kAhead < end)
-          __builtin_prefetch(&wide[d.rand_u[i + kAhead] * 2 * dim], 1);
-        float* w = &wide[d.rand_u[i] * 2 * dim];
+          __builtin_prefetch(&table[d.rand_u[i + kAhead] * stride], 1);
+        float* w = &table[d.rand_u[i] * stride];
         float* a = w + dim;
         const float* g = &grad[i * dim];
         for (int k = 0; k < dim; ++k) {
@@ -196,10 +202,10 @@ bool ReadInt32(const char* path, int64_t n, std::vector<int32_t>* v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 10) {
+  if (argc != 11) {
     std::fprintf(stderr,
                  "usage: membound R U N DIM THREADS CALLS IDX_FILE SEG_FILE "
-                 "NSEG\n");
+                 "NSEG ROW_BYTES\n");
     return 2;
   }
   Data d;
@@ -210,6 +216,7 @@ int main(int argc, char** argv) {
   d.threads = std::atoi(argv[5]);
   d.calls = std::atoi(argv[6]);
   d.nseg = std::atoll(argv[9]);
+  d.row_floats = std::max<int64_t>(2 * dim, (std::atoll(argv[10]) + 3) / 4);
   if (dim < 1 || dim > 64 || d.threads < 1 || d.calls < 1 || d.U < 1 ||
       d.R < d.U || d.nseg < 1) {
     std::fprintf(stderr, "membound: need 1 <= DIM <= 64, THREADS, CALLS, "
