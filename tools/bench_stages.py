@@ -119,6 +119,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -600,8 +601,11 @@ def main(argv=None) -> int:
             return (time.perf_counter() - t) / args.calls * 1e3
         return run
 
-    values = bc.alternate({k: v if k == "membound" else timed(v)
-                           for k, v in cases.items()}, args.repeats)
+    try:
+        values = bc.alternate({k: v if k == "membound" else timed(v)
+                               for k, v in cases.items()}, args.repeats)
+    finally:
+        shutil.rmtree(ref_dir, ignore_errors=True)
     del values["membound"]
     new_per_fresh = ((int(table.size()) - rows_before_fresh)
                      / len(fresh_uniq))
