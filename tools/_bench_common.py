@@ -72,9 +72,19 @@ def machine_info() -> dict[str, Any]:
                                    check=True).stdout)
     except (OSError, ValueError, subprocess.CalledProcessError):
         nproc = os.cpu_count()
+    try:
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        uptime = None
     return {"nproc": nproc, "cpu_model": cpu_model,
             "mem_total_bytes": mem_total, "kernel": platform.release(),
-            "load_avg_at_start": os.getloadavg()}
+            "load_avg_at_start": os.getloadavg(),
+            # On a VM, memory not touched since boot can cost several times
+            # more to fault in (BENCHMARKS, twentieth session): a table that
+            # grows in the timed steps pays it, a dense one built before
+            # timing does not.
+            "uptime_s_at_start": uptime}
 
 
 def versions() -> dict[str, str]:
@@ -300,7 +310,9 @@ def header_markdown(info: dict[str, Any], title: str) -> str:
         f"- commit: `{info['git_commit']}`{dirty}",
         f"- machine: {m['nproc']} cores, {m['cpu_model']}, "
         f"{(m['mem_total_bytes'] or 0) / 2**30:.0f} GiB; "
-        f"load average at start {m['load_avg_at_start'][0]:.2f}",
+        f"load average at start {m['load_avg_at_start'][0]:.2f}"
+        + (f", up {m['uptime_s_at_start'] / 60:.0f} min, kernel {m['kernel']}"
+           if m.get("uptime_s_at_start") is not None else ""),
         f"- date: {info['date']}",
         f"- python {v['python']}, tensorflow {v['tensorflow']}, "
         f"numpy {v['numpy']}",
