@@ -420,28 +420,18 @@ def main(argv=None) -> int:
 
     # The DNN of SPARSE-HEAVY, one training step on a constant input, as
     # bench_train's DNN-only (a tf_keras model and its train function); and
-    # the same with the gradient of its input (a trainable per-feature scale
-    # in front of it makes Keras compute it).
+    # the same with the gradient of its input (bench_train's build_dnn_only
+    # puts a trainable per-feature scale in front of it).
     width = sh.deep_width()
     dnn_data = tf.data.Dataset.from_tensors(
         (tf.zeros([args.batch, width]), tf.zeros([args.batch, 1]))).repeat()
 
-    class InputScale(tf.keras.layers.Layer):
-        def build(self, shape):
-            self.scale = self.add_weight("scale", shape=[shape[-1]],
-                                         initializer="ones")
-
-        def call(self, x):
-            return x * self.scale
+    from tools.bench_train import (  # noqa: PLC0415
+        build_dnn_only, sparse_heavy_dataset)
 
     def dnn_step(with_dx):
-        inputs = tf.keras.Input((width,))
-        x = InputScale()(inputs) if with_dx else inputs
-        for units in sh.HIDDEN:
-            x = tf.keras.layers.Dense(units, activation="relu")(x)
-        m = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(x))
-        m.compile(tf.keras.optimizers.Adagrad(LR),
-                  tf.keras.losses.BinaryCrossentropy(from_logits=True))
+        # bench_train's DNN-only and DNN with its input's gradient.
+        m = build_dnn_only(LR, width, sh.HIDDEN, input_grad=with_dx)
         fn, it = m.make_train_function(), iter(dnn_data)
         return lambda: fn(it)
 
@@ -450,8 +440,6 @@ def main(argv=None) -> int:
     # tables then hold what the bench tables hold), then by its Keras train
     # function on this batch again (tnet_step: no row new after the first
     # call) or on the batches after it (tnet_step_fresh).
-    from tools.bench_train import sparse_heavy_dataset  # noqa: PLC0415
-
     def batches_dataset(pairs):
         feats = {k: np.concatenate([p[0][k] for p in pairs])
                  for k in pairs[0][0]}
