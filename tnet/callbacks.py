@@ -216,9 +216,19 @@ class Checkpoint(tf_keras.callbacks.Callback):
             self._first_epoch = epoch
 
     def on_epoch_end(self, epoch, logs=None):
-        self._recount(epoch)
+        # Under a cluster a ps cut off now is waited out as the steps wait
+        # it out (tn.distribute.through_ps_cut), not a lost ps at once.
+        through = tn_distribute.through_ps_cut
+        through(lambda: self._recount(epoch),
+                f"epoch {epoch + 1}'s end, recounting steps")
         if self.every_n_epochs and (epoch + 1) % self.every_n_epochs == 0:
-            self._save(self._step())
+            if self.maintenance is not None:
+                # Once: an eviction that failed part way is not run again
+                # (its show decay would apply twice on the shards it
+                # reached); a lost ps ends the job as before.
+                self._maintain(self._step())
+            through(lambda: self._save(self._step(), maintain=False),
+                    f"epoch {epoch + 1}'s checkpoint")
 
     def _recount(self, epoch: int) -> None:
         """Sets optimizer.iterations back to the steps `fit` ran when
@@ -237,7 +247,13 @@ class Checkpoint(tf_keras.callbacks.Callback):
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
 
-    def _save(self, step: int) -> None:
+    def _maintain(self, step: int) -> None:
+        if (self.maintenance is not None and step != self.last_saved_step
+                and not os.path.exists(os.path.join(self.directory,
+                                                    f"ckpt-{step}"))):
+            self.maintenance.run(self.model, step)
+
+    def _save(self, step: int, maintain: bool = True) -> None:
         if step == self.last_saved_step:
             return
         if os.path.exists(os.path.join(self.directory, f"ckpt-{step}")):
@@ -245,8 +261,8 @@ class Checkpoint(tf_keras.callbacks.Callback):
                       "not saving it again")
             self.last_saved_step = step
             return
-        if self.maintenance is not None:
-            self.maintenance.run(self.model, step)
+        if maintain:
+            self._maintain(step)
         self.last_saved_path = ckpt.save(
             self.model, self.directory, step=step,
             incremental=self.incremental, keep=self.keep,
@@ -502,8 +518,12 @@ class PublishDeltas(tf_keras.callbacks.Callback):
         if step == self._last_step and self.published:
             return
         from tnet.saving import fresh  # noqa: PLC0415
-        self.published.append(fresh.publish_delta(
-            self.model, self.export_dir, compact_at=self.compact_at))
+        # A publish that failed part way writes nothing and keeps the freed
+        # keys it read for the next one, so a ps cut is waited out.
+        self.published.append(tn_distribute.through_ps_cut(
+            lambda: fresh.publish_delta(self.model, self.export_dir,
+                                        compact_at=self.compact_at),
+            f"publishing a delta at step {step}"))
         self._last_time = time.monotonic()
         self._last_step = step
 

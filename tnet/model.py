@@ -58,6 +58,30 @@ class _TnetTraining:
         set_top_pad()
         return super().make_train_function(force)
 
+    # Between epochs `fit` itself reads and writes ps state from the chief:
+    # it resets every metric's variables (epoch begin) and reads the
+    # metrics' results back (epoch end; under ParameterServerStrategy the
+    # last step's logs may not be the newest). A ps cut off then is waited
+    # out for TNET_PS_TIMEOUT as the steps wait it out, not a lost ps at
+    # once (measured: a 20 s cut at an epoch boundary ended the job in an
+    # AssignVariableOp of reset_metrics, and in an AddN of a metric's
+    # result). Both are safe to run again. One process: run once.
+    def reset_metrics(self):
+        from tnet.distribute import through_ps_cut  # noqa: PLC0415
+        return through_ps_cut(super().reset_metrics,
+                              "resetting the metrics at an epoch begin")
+
+    def get_metrics_result(self):
+        from tnet.distribute import through_ps_cut  # noqa: PLC0415
+
+        def read():
+            result = super(_TnetTraining, self).get_metrics_result()
+            for value in tf.nest.flatten(result):  # a remote failure shows
+                if hasattr(value, "numpy"):        # here, inside the retry
+                    value.numpy()
+            return result
+        return through_ps_cut(read, "reading the metrics at an epoch end")
+
     def tnet_layers(self) -> List[EmbeddingFeatures]:
         """The tnet embedding layers in this model (nested ones included)."""
         return [m for m in self._flatten_modules(include_self=False)

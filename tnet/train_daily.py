@@ -186,10 +186,10 @@ def run_days(strategy, distributed: bool, cli) -> dict:
         record["train_seconds"] = round(time.perf_counter() - start, 3)
         if maintenance is not None:
             record["evicted"] = maintenance.run(model, day_step(day))
-        path = tn.saving.save(model, ckpt_dir, step=day_step(day),
-                              incremental=FLAGS.checkpoint_incremental,
-                              keep=FLAGS.checkpoint_keep,
-                              full_every=FLAGS.checkpoint_full_every)
+        attempts = []
+        path = tn.distribute.through_ps_cut(
+            lambda: _save_day(model, ckpt_dir, day_step(day), attempts),
+            f"day {day}'s checkpoint")
         record["checkpoint"] = os.path.basename(path)
         record["train_step"] = int(model.optimizer.iterations.numpy())
         trained_any = True
@@ -221,6 +221,20 @@ def run_days(strategy, distributed: bool, cli) -> dict:
     return summary
 
 
+def _save_day(model, ckpt_dir: str, step: int, attempts: list) -> str:
+    """The day's checkpoint. Run again after a failure (`attempts` counts
+    the calls), a checkpoint the failed call published already (a ps cut
+    off between its rename and its change marks) is taken as it is."""
+    final = os.path.join(os.path.abspath(ckpt_dir), f"ckpt-{step}")
+    attempts.append(step)
+    if len(attempts) > 1 and os.path.isdir(final):
+        return final
+    return tn.saving.save(model, ckpt_dir, step=step,
+                          incremental=FLAGS.checkpoint_incremental,
+                          keep=FLAGS.checkpoint_keep,
+                          full_every=FLAGS.checkpoint_full_every)
+
+
 def _fit_day(model, data, distributed: bool, callbacks=()) -> None:
     """One pass over the day. Under a cluster the day is `steps` steps;
     afterwards `optimizer.iterations` (days.json's `train_step`) is set
@@ -233,7 +247,9 @@ def _fit_day(model, data, distributed: bool, callbacks=()) -> None:
         model.fit(tf_keras.utils.experimental.DatasetCreator(
             lambda ctx: data.train(ctx, repeat=True)), epochs=1,
             steps_per_epoch=steps, verbose=verbose, callbacks=list(callbacks))
-        tn.callbacks.recount_steps(model, start + steps)
+        tn.distribute.through_ps_cut(
+            lambda: tn.callbacks.recount_steps(model, start + steps),
+            "the day's end, recounting steps")
     else:
         model.fit(data.train(), epochs=1, verbose=verbose,
                   callbacks=list(callbacks))

@@ -8,6 +8,7 @@ Lines it prints:
   PROGRESS t=<unix time> it=<optimizer.iterations>   (every --every s, from
                                   a thread that reads the step on the ps)
   HOSTS_SAVED step=N epoch=E     (after each checkpoint)
+  HOSTS_PAUSE epoch=E where=W    (--pause_epoch: the program sleeps now)
   HOSTS_DONE iterations=N planned=M
   HOSTS_SHOWS table=T shows=S per_step=P   (per table: S / P = the pushes
                                   that landed, in batches)
@@ -47,6 +48,23 @@ class Report(tf_keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         print(f"HOSTS_SAVED step={self.ckpt.last_saved_step} epoch={epoch + 1}",
               flush=True)
+
+
+class Pause(tf_keras.callbacks.Callback):
+    """At the end of epoch `epoch` prints HOSTS_PAUSE and sleeps `seconds`
+    (for a test to cut a host then): placed before the Checkpoint callback
+    the checkpoint runs into the cut, placed last the next epoch's start
+    (Keras' reset of the metrics) does."""
+
+    def __init__(self, epoch, seconds, where):
+        super().__init__()
+        self.epoch, self.seconds, self.where = epoch, seconds, where
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == self.epoch:
+            print(f"HOSTS_PAUSE epoch={epoch + 1} where={self.where}",
+                  flush=True)
+            time.sleep(self.seconds)
 
 
 def monitor(model, every, stop):
@@ -118,8 +136,13 @@ def train(args) -> None:
         return ds.repeat().batch(args.batch)
 
     data = tf_keras.utils.experimental.DatasetCreator(dataset_fn)
+    callbacks = [ckpt, Report(ckpt)]
+    if args.pause_epoch:
+        pause = Pause(args.pause_epoch, args.pause_seconds, args.pause_where)
+        callbacks.insert(0 if args.pause_where == "before_checkpoint"
+                         else len(callbacks), pause)
     model.fit(data, epochs=args.epochs, steps_per_epoch=steps,
-              callbacks=[ckpt, Report(ckpt)], verbose=0)
+              callbacks=callbacks, verbose=0)
     stop.set()
     print(f"HOSTS_DONE iterations={int(model.optimizer.iterations.numpy())} "
           f"planned={args.epochs * steps}", flush=True)
@@ -145,6 +168,11 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--every", type=float, default=0.5)
+    p.add_argument("--pause_epoch", type=int, default=0,
+                   help="pause at the end of this epoch (0: never)")
+    p.add_argument("--pause_seconds", type=float, default=3.0)
+    p.add_argument("--pause_where", default="before_checkpoint",
+                   choices=["before_checkpoint", "after_checkpoint"])
     args = p.parse_args()
     try:
         train(args)
