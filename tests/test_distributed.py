@@ -407,3 +407,81 @@ def test_exit_now_prints_one_line_when_two_threads_give_up_at_once():
     assert res.returncode == 138, res.stderr[-3000:]
     assert len([l for l in res.stderr.splitlines()
                 if l.startswith("LOST from thread")]) == 1, res.stderr[-3000:]
+
+
+def test_through_ps_cut_waits_out_a_silent_ps_and_nothing_else(monkeypatch,
+                                                               capfd):
+    """The chief's own ps calls between steps (tn.distribute.through_ps_cut):
+    a call that fails because a ps does not answer runs again until it
+    succeeds, within TNET_PS_TIMEOUT from its first failure; a refused
+    connection, an error of another kind, or one past the budget
+    propagates at once. Errors as recorded in tests/test_hosts.py."""
+    from tensorflow.python.distribute.coordinator import (
+        cluster_coordinator as cc)
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"chief": ["10.231.0.10:2222"],
+                     "worker": ["10.231.0.13:2222"],
+                     "ps": ["10.231.0.11:2222", "10.231.0.12:2222"]},
+         "task": {"type": "chief", "index": 0}}))
+    monkeypatch.setattr(cc.Cluster, "_tnet_policy", True, raising=False)
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    clock = [1000.0]
+    monkeypatch.setattr("time.monotonic", lambda: clock[0])
+    # The reset_metrics failure of a 20 s cut of ps:1 (2026-11-28).
+    silent = tf.errors.UnavailableError(
+        None, None, "recvmsg:Connection timed out Additional GRPC error "
+        "information from remote target /job:ps/replica:0/task:1 while "
+        "calling /tensorflow.eager.EagerService/Enqueue: :UNKNOWN:Error "
+        "received from peer {grpc_status:14, grpc_message:\"recvmsg:"
+        "Connection timed out\"} [Op:AssignVariableOp] name:")
+    assert tn.distribute.silent_ps(silent) == [1]
+    assert tn.distribute.silent_ps(
+        tf.errors.UnavailableError(None, None, _CUT_PS1_ERROR)) == [1]
+
+    def failing(errors, result="done", step=10.0):
+        calls = []
+
+        def fn():
+            calls.append(clock[0])
+            if len(calls) <= len(errors):
+                clock[0] += step
+                raise errors[len(calls) - 1]
+            return result
+        return fn, calls
+
+    fn, calls = failing([silent] * 5)
+    assert tn.distribute.through_ps_cut(fn, "a test's save") == "done"
+    assert len(calls) == 6
+    err = capfd.readouterr().err
+    assert err.count("does not answer") == 1
+    assert "tnet: a test's save: ps:1 does not answer" in err
+    assert "tnet: a test's save: done, 40.0 s after the first failure" in err
+    # Past the budget (120 s from the first failure): the error itself.
+    fn, calls = failing([silent] * 30)
+    with pytest.raises(tf.errors.UnavailableError):
+        tn.distribute.through_ps_cut(fn, "x")
+    assert len(calls) == 14  # failures 10 s apart: the 14th is 130 s on
+    monkeypatch.setenv("TNET_PS_TIMEOUT", "25")
+    fn, calls = failing([silent] * 30)
+    with pytest.raises(tf.errors.UnavailableError):
+        tn.distribute.through_ps_cut(fn, "x")
+    assert len(calls) == 4
+    # A ps whose process is gone, and errors that are no ps failure: once.
+    refused = tf.errors.UnavailableError(
+        None, None, "failed to connect to all addresses; last error: "
+        "UNKNOWN: ipv4:10.231.0.12:2222: Failed to connect to remote host: "
+        "Connection refused Additional GRPC error information from remote "
+        "target /job:ps/replica:0/task:1")
+    for error in (refused, tf.errors.InvalidArgumentError(
+            None, None, "ids must be int64 on /job:ps/replica:0/task:0"),
+            tf.errors.UnavailableError(None, None, "socket closed")):
+        fn, calls = failing([error, silent])
+        with pytest.raises(type(error)):
+            tn.distribute.through_ps_cut(fn, "x")
+        assert len(calls) == 1
+    # Without tnet's policy (one process, or TensorFlow's own rule): once.
+    monkeypatch.setattr(cc.Cluster, "_tnet_policy", False)
+    fn, calls = failing([silent])
+    with pytest.raises(tf.errors.UnavailableError):
+        tn.distribute.through_ps_cut(fn, "x")
+    assert len(calls) == 1
