@@ -9,10 +9,12 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import tnet as tn
 import tensorflow as tf
+import tf_keras
 from tests.conftest import ROOT, data_file
 from tests.support.cluster import assert_all_stopped, env as _env
 from tests.support.cluster import cluster as start_cluster
@@ -485,3 +487,46 @@ def test_through_ps_cut_waits_out_a_silent_ps_and_nothing_else(monkeypatch,
     with pytest.raises(tf.errors.UnavailableError):
         tn.distribute.through_ps_cut(fn, "x")
     assert len(calls) == 1
+
+
+def test_model_metric_calls_match_keras_in_eager_and_in_a_users_step():
+    """tn.Model's reset_metrics / get_metrics_result (wrapped by
+    through_ps_cut) give what Keras' give: called eagerly by fit and by
+    the test, and inside a user's own train_step (its tf.function)."""
+    def build(base):
+        class Net(base):
+            def __init__(self):
+                super().__init__()
+                self.d = tf_keras.layers.Dense(1)
+
+            def call(self, x):
+                return self.d(x)
+
+            def train_step(self, data):
+                x, y = data
+                with tf.GradientTape() as tape:
+                    p = self(x, training=True)
+                    loss = self.compiled_loss(y, p)
+                grads = tape.gradient(loss, self.trainable_variables)
+                self.optimizer.apply_gradients(
+                    zip(grads, self.trainable_variables))
+                self.compiled_metrics.update_state(y, p)
+                return self.get_metrics_result()
+        return Net
+
+    rng = np.random.default_rng(3)
+    x = rng.random((64, 3), np.float32)
+    y = rng.random((64, 1), np.float32)
+    histories = []
+    for base in (tf_keras.Model, tn.Model):
+        tf_keras.utils.set_random_seed(0)
+        model = build(base)()
+        model.compile(tf_keras.optimizers.SGD(0.1), loss="mse",
+                      metrics=["mae"])
+        histories.append(model.fit(x, y, epochs=2, batch_size=16,
+                                   shuffle=False, verbose=0).history)
+        got = model.get_metrics_result()
+        assert float(got["mae"]) == histories[-1]["mae"][-1]
+        model.reset_metrics()
+        assert float(model.get_metrics_result()["mae"]) == 0.0
+    assert histories[0] == histories[1]

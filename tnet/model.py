@@ -66,13 +66,19 @@ class _TnetTraining:
     # once (measured: a 20 s cut at an epoch boundary ended the job in an
     # AssignVariableOp of reset_metrics, and in an AddN of a metric's
     # result). Both are safe to run again. One process: run once.
+    # Inside a tf.function (a train_step of a user's that asks for the
+    # results) they are graph ops: nothing to wait out there.
     def reset_metrics(self):
         from tnet.distribute import through_ps_cut  # noqa: PLC0415
+        if not tf.executing_eagerly():
+            return super().reset_metrics()
         return through_ps_cut(super().reset_metrics,
                               "resetting the metrics at an epoch begin")
 
     def get_metrics_result(self):
         from tnet.distribute import through_ps_cut  # noqa: PLC0415
+        if not tf.executing_eagerly():
+            return super().get_metrics_result()
 
         def read():
             result = super(_TnetTraining, self).get_metrics_result()
