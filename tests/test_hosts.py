@@ -138,12 +138,12 @@ def test_across_hosts_each_task_listens_only_on_its_own_address(hosts, tmp_path)
     assert "HOSTS_DONE iterations=300 planned=300" in run.output
 
 
-def _cut(hosts, run, name, seconds):
-    """Cuts host `name` one second into epoch 2 for `seconds`; (cut, heal)
-    times."""
-    assert run.cluster.read_until(r"HOSTS_SAVED step=\d+ epoch=1\b", 300), \
-        run.output[-3000:]
-    time.sleep(1.0)
+def _cut(hosts, run, name, seconds, after=r"HOSTS_SAVED step=\d+ epoch=1\b",
+         delay=1.0):
+    """Cuts host `name` for `seconds`, `delay` s after the program's line
+    `after` (default: one second into epoch 2); (cut, heal) times."""
+    assert run.cluster.read_until(after, 300), run.output[-3000:]
+    time.sleep(delay)
     cut = time.time()
     hosts.cut(name)
     time.sleep(seconds)
@@ -198,20 +198,27 @@ def test_worker_partition_job_finishes_and_the_other_worker_trains(
     assert f"HOSTS_DONE iterations={16 * STEPS} planned={16 * STEPS}" in out
 
 
+def _ps1_cut_and_run_out(hosts, run, tmp_path, **when):
+    """ps:1 cut for CUT_SECONDS (`when`: see _cut), then the job runs to
+    its end, which must be exit 0; (cut, heal, output). The time-stamped
+    lines go to timeline.txt (times from the heal)."""
+    try:
+        cut, heal = _cut(hosts, run, "ps1", CUT_SECONDS, **when)
+        code = run.wait(400)
+    finally:
+        run.cluster.kill_all()
+    run.timeline(tmp_path / "timeline.txt", heal)
+    assert code == 0, (str(tmp_path / "timeline.txt"), run.output[-3000:])
+    return cut, heal, run.output
+
+
 @scenario
 @pytest.mark.parametrize("trial", range(REPEAT))
 def test_ps_partition_stalls_then_goes_on(hosts, tmp_path, trial):
     """ps:1's link down for 20 s (< TNET_PS_TIMEOUT, 120 s): training stalls
     and goes on; the job finishes with every checkpoint at its planned step."""
     run = Run(hosts, tmp_path, epochs=10)
-    try:
-        cut, heal = _cut(hosts, run, "ps1", CUT_SECONDS)
-        code = run.wait(400)
-    finally:
-        run.cluster.kill_all()
-    out = run.output
-    run.timeline(tmp_path / "timeline.txt", heal)
-    assert code == 0, (str(tmp_path / "timeline.txt"), out[-3000:])
+    cut, heal, out = _ps1_cut_and_run_out(hosts, run, tmp_path)
     assert run.saved() == [STEPS * e for e in range(1, 11)], run.saved()
     assert f"HOSTS_DONE iterations={10 * STEPS} planned={10 * STEPS}" in out
     assert "HOSTS_LOST" not in out
@@ -251,20 +258,9 @@ def test_ps_partition_at_an_epoch_boundary_is_waited_out(hosts, tmp_path,
     run = Run(hosts, tmp_path, epochs=4,
               args=["--pause_epoch", "2", "--pause_seconds", "3",
                     "--pause_where", where])
-    try:
-        assert run.cluster.read_until(r"HOSTS_PAUSE epoch=2", 300), \
-            run.output[-3000:]
-        cut = time.time()
-        hosts.cut("ps1")
-        time.sleep(CUT_SECONDS)
-        hosts.heal("ps1")
-        heal = time.time()
-        code = run.wait(400)
-    finally:
-        run.cluster.kill_all()
-    out = run.output
-    run.timeline(tmp_path / "timeline.txt", heal)
-    assert code == 0, (str(tmp_path / "timeline.txt"), out[-3000:])
+    cut, heal, out = _ps1_cut_and_run_out(hosts, run, tmp_path,
+                                          after=r"HOSTS_PAUSE epoch=2",
+                                          delay=0.0)
     waited = run.first(re.escape(f"tnet: {what}") + r".*does not answer", cut)
     assert waited is not None and waited < heal, out[-3000:]
     assert run.first(re.escape(f"tnet: {what}") + r".*: done", heal), \
