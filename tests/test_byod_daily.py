@@ -154,3 +154,59 @@ def test_daily_steps_do_not_drift_when_a_step_counts_twice(monkeypatch):
         train_daily._fit_day(model, Day(), True, [CountTwice()])
         assert int(model.optimizer.iterations.numpy()) == 10 * (day + 1)
     assert CountTwice.fired == 3
+
+
+def test_a_days_checkpoint_cut_off_after_it_was_published_is_kept(
+        tmp_path, monkeypatch, capfd):
+    """A ps that stops answering after the day's checkpoint was renamed into
+    place (its change marks not yet set): tn.distribute.through_ps_cut runs
+    the save again, which takes the published checkpoint as it is instead
+    of failing on "already exists" (tnet/train_daily.py `_save_day`). A
+    second day's save at a step whose directory already exists still
+    refuses, as before."""
+    import tensorflow as tf  # noqa: PLC0415
+    from absl import flags  # noqa: PLC0415
+    from tensorflow.python.distribute.coordinator import (  # noqa: PLC0415
+        cluster_coordinator as cc)
+    import tnet as tn  # noqa: PLC0415
+    import tnet.train  # noqa: F401,PLC0415  (defines the flags)
+    from tnet import train_daily  # noqa: PLC0415
+    from tests.support.ckpt import tiny  # noqa: PLC0415
+    FLAGS = flags.FLAGS
+    if not FLAGS.is_parsed():
+        FLAGS.mark_as_parsed()
+    monkeypatch.setattr(cc.Cluster, "_tnet_policy", True, raising=False)
+    monkeypatch.setattr("time.sleep", lambda s: None)
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"chief": ["10.0.0.1:2222"], "worker": ["10.0.0.2:2222"],
+                     "ps": ["10.0.0.3:2222", "10.0.0.4:2222"]},
+         "task": {"type": "chief", "index": 0}}))
+    save = tn.saving.save
+    calls = []
+
+    def cut_after_publish(model, directory, **kwargs):
+        calls.append(kwargs["step"])
+        path = save(model, directory, **kwargs)
+        if len(calls) == 1:
+            raise tf.errors.UnavailableError(
+                None, None, "recvmsg:Connection timed out Additional GRPC "
+                "error information from remote target /job:ps/replica:0/"
+                "task:1 while calling /tensorflow.eager.EagerService/Enqueue")
+        return path
+
+    monkeypatch.setattr(tn.saving, "save", cut_after_publish)
+    model = tiny(2)
+    ckpt_dir = str(tmp_path / "ckpt")
+    attempts = []
+    path = tn.distribute.through_ps_cut(
+        lambda: train_daily._save_day(model, ckpt_dir, 7, attempts),
+        "day 1's checkpoint")
+    assert calls == [7] and len(attempts) == 2
+    assert path == os.path.join(ckpt_dir, "ckpt-7")
+    assert tn.saving.latest_checkpoint(ckpt_dir) == path
+    err = capfd.readouterr().err
+    assert "tnet: day 1's checkpoint: ps:1 does not answer" in err
+    assert "tnet: day 1's checkpoint: done" in err
+    # A first call never takes an existing directory for its own.
+    with pytest.raises(tn.saving.CheckpointError, match="already exists"):
+        train_daily._save_day(model, ckpt_dir, 7, [])

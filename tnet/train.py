@@ -355,11 +355,16 @@ def run() -> dict:
     else:
         model.fit(spec.train(), epochs=FLAGS.epochs, callbacks=callbacks,
                   verbose=verbose)
-    evaluation = (model.evaluate_exact(spec.eval(), spec.candidates)
-                  if retrieval else model.evaluate_exact(
-                      spec.eval(),
-                      group_key=getattr(spec, "group_key", None)))
+    # The chief's own reads of the ps after fit wait out a ps cut as the
+    # steps do (each is read-only, or publishes whole: safe to run again).
+    evaluation = tn.distribute.through_ps_cut(
+        lambda: (model.evaluate_exact(spec.eval(), spec.candidates)
+                 if retrieval else model.evaluate_exact(
+                     spec.eval(), group_key=getattr(spec, "group_key", None))),
+        "the exact evaluation after training")
     examples = meter.steps * FLAGS.batch_size
+    tables, lifecycle = tn.distribute.through_ps_cut(
+        lambda: _table_summary(model), "reading the tables' sizes")
     summary = {
         "model": FLAGS.model,
         "data": "feature_spec" if FLAGS.feature_spec else FLAGS.data,
@@ -370,13 +375,10 @@ def run() -> dict:
         "eval": evaluation,
         "train": {"steps": meter.steps, "seconds": round(meter.seconds, 3),
                   "examples_per_sec": round(examples / max(meter.seconds, 1e-9), 1)},
-        "tables": {name: {"rows": int(t.size()),
-                          "bytes": int(t.memory_bytes()),
-                          "rows_per_shard": [int(x) for x in t.shard_sizes()]}
-                   for name, t in model.tables().items()},
+        "tables": tables,
         **spec.info,
     }
-    summary["lifecycle"] = {n: t.stats() for n, t in model.tables().items()}
+    summary["lifecycle"] = lifecycle
     if checkpoints is not None:
         summary["checkpoint"] = {
             "restored_step": checkpoints.restored_step,
@@ -385,12 +387,22 @@ def run() -> dict:
     if publisher is not None:
         summary["published"] = publisher.published
     if FLAGS.export_dir:
-        summary["export"] = export_and_check(model, spec)
+        summary["export"] = tn.distribute.through_ps_cut(
+            lambda: export_and_check(model, spec), "the serving export")
     _write_summary(summary)
     logging.info("eval: %s", evaluation)
     print(json.dumps({"eval": summary["eval"], "train": summary["train"],
                       **spec.info}, indent=2))
     return summary
+
+
+def _table_summary(model):
+    """Per table: rows, bytes and rows per shard; and the lifecycle stats."""
+    tables = {name: {"rows": int(t.size()),
+                     "bytes": int(t.memory_bytes()),
+                     "rows_per_shard": [int(x) for x in t.shard_sizes()]}
+              for name, t in model.tables().items()}
+    return tables, {n: t.stats() for n, t in model.tables().items()}
 
 
 def export_and_check(model, spec, version: int | None = None,
