@@ -451,9 +451,17 @@ def test_through_ps_cut_waits_out_a_silent_ps_and_nothing_else(monkeypatch,
             return result
         return fn, calls
 
+    # Each failure also counts on the policy's clock (whose watch ends the
+    # chief at the budget while an attempt blocks); success clears it.
+    clock_calls = []
+    monkeypatch.setattr(tn.distribute, "_ps_clock", {
+        "note": lambda tasks, e: clock_calls.append(("note", list(tasks))),
+        "answered": lambda tasks: clock_calls.append(("answered",
+                                                      sorted(tasks)))})
     fn, calls = failing([silent] * 5)
     assert tn.distribute.through_ps_cut(fn, "a test's save") == "done"
     assert len(calls) == 6
+    assert clock_calls == [("note", [1])] * 5 + [("answered", [1])]
     err = capfd.readouterr().err
     assert err.count("does not answer") == 1
     assert "tnet: a test's save: ps:1 does not answer" in err

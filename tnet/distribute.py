@@ -150,6 +150,10 @@ def ps_timeout() -> float:
     return float(os.environ.get("TNET_PS_TIMEOUT", DEFAULT_PS_TIMEOUT))
 
 
+# The policy's failure clock, for through_ps_cut: "note" and "answered".
+_ps_clock: Dict[str, Any] = {}
+
+
 def _install_ps_failure_policy() -> None:
     """Replaces ClusterCoordinator's count of ignored ps failures by a time
     budget.
@@ -190,8 +194,9 @@ def _install_ps_failure_policy() -> None:
 
     threading.Thread(target=reap, name="tnet-error-reaper", daemon=True).start()
 
-    def ignore_transient_ps_failure(self, e):
-        tasks = silent_ps(e, addresses)
+    def note(tasks, e) -> bool:
+        """Counts a failure against `tasks`; False once one of them has
+        been failing for longer than the budget."""
         now, budget = time.monotonic(), ps_timeout()
         with lock:
             for t in tasks:
@@ -203,6 +208,16 @@ def _install_ps_failure_policy() -> None:
                 if now - streak[0] > budget:
                     return False
         return bool(tasks)
+
+    def answered(tasks) -> None:
+        """`tasks` answered the chief's own call (through_ps_cut)."""
+        with lock:
+            for t in tasks:
+                if t in streaks:
+                    graveyard.put(streaks.pop(t))
+
+    def ignore_transient_ps_failure(self, e):
+        return note(silent_ps(e, addresses), e)
 
     # A step that finishes clears every streak: each step reads every ps.
     finished = cc._CoordinatedClosureQueue.mark_finished  # noqa: SLF001
@@ -232,6 +247,7 @@ def _install_ps_failure_policy() -> None:
                 exit_now(EXIT_RESTART, f"tnet: {lost} (no step finished for "
                          f"TNET_PS_TIMEOUT={ps_timeout():g} s)")
 
+    _ps_clock.update(note=note, answered=answered)
     cc.Cluster._record_and_ignore_transient_ps_failure = (  # noqa: SLF001
         ignore_transient_ps_failure)
     cc._CoordinatedClosureQueue.mark_finished = mark_finished  # noqa: SLF001
@@ -295,26 +311,36 @@ def through_ps_cut(fn, what: str):
     and checkpoint: a 20 s cut that came while the chief saved ended the
     job (measured: 3 of 5 CI runs of the ps cut scenario, where an epoch
     took ~1 s). `fn` must be safe to run again after a failure part way
-    (a checkpoint is: it publishes whole or not at all). Without tnet's
-    policy (one process, or TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES
-    set) `fn` runs once."""
+    (a checkpoint is: it publishes whole or not at all). The failures
+    count on the policy's clock as a step's do, so its watch thread ends
+    the chief once the ps has been silent for the budget, even while an
+    attempt is still blocked. Without tnet's policy (one process, or
+    TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES set) `fn` runs once."""
     from tensorflow.python.distribute.coordinator import (  # noqa: PLC0415
         cluster_coordinator as cc)
     if not getattr(cc.Cluster, "_tnet_policy", False):
         return fn()
     import time  # noqa: PLC0415
-    first = None
+    first, failed = None, set()
     while True:
         try:
             result = fn()
             if first is not None:
                 print(f"tnet: {what}: done, {time.monotonic() - first:.1f} s "
                       "after the first failure", file=sys.stderr, flush=True)
+                if "answered" in _ps_clock:
+                    _ps_clock["answered"](failed)
             return result
         except tf.errors.OpError as e:
             tasks = silent_ps(e)
             if not tasks:
                 raise
+            # The policy's clock too: its watch ends the chief at the budget
+            # even while a call blocks on the silent ps (up to gRPC's connect
+            # timeout, ~20 s), as it does for steps.
+            failed.update(tasks)
+            if "note" in _ps_clock:
+                _ps_clock["note"](tasks, e)
             now = time.monotonic()
             if first is None:
                 first = now
