@@ -218,17 +218,11 @@ class Checkpoint(tf_keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         # Under a cluster a ps cut off now is waited out as the steps wait
         # it out (tn.distribute.through_ps_cut), not a lost ps at once.
-        through = tn_distribute.through_ps_cut
-        through(lambda: self._recount(epoch),
-                f"epoch {epoch + 1}'s end, recounting steps")
+        step = tn_distribute.through_ps_cut(
+            lambda: (self._recount(epoch), self._step())[1],
+            f"epoch {epoch + 1}'s end, recounting steps")
         if self.every_n_epochs and (epoch + 1) % self.every_n_epochs == 0:
-            if self.maintenance is not None:
-                # Once: an eviction that failed part way is not run again
-                # (its show decay would apply twice on the shards it
-                # reached); a lost ps ends the job as before.
-                self._maintain(self._step())
-            through(lambda: self._save(self._step(), maintain=False),
-                    f"epoch {epoch + 1}'s checkpoint")
+            self._save(step, f"epoch {epoch + 1}'s checkpoint")
 
     def _recount(self, epoch: int) -> None:
         """Sets optimizer.iterations back to the steps `fit` ran when
@@ -247,27 +241,37 @@ class Checkpoint(tf_keras.callbacks.Callback):
     def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
 
-    def _maintain(self, step: int) -> None:
-        if (self.maintenance is not None and step != self.last_saved_step
-                and not os.path.exists(os.path.join(self.directory,
-                                                    f"ckpt-{step}"))):
-            self.maintenance.run(self.model, step)
-
-    def _save(self, step: int, maintain: bool = True) -> None:
+    def _unsaved(self, step: int) -> bool:
+        """Whether ckpt-<step> is still to be written (one that exists is
+        taken as saved: checkpoints are immutable)."""
         if step == self.last_saved_step:
-            return
+            return False
         if os.path.exists(os.path.join(self.directory, f"ckpt-{step}")):
             self._say(f"ckpt-{step} already exists in {self.directory}; "
                       "not saving it again")
             self.last_saved_step = step
+            return False
+        return True
+
+    def _save(self, step: int, what: Optional[str] = None) -> None:
+        if not self._unsaved(step):
             return
-        if maintain:
-            self._maintain(step)
-        self.last_saved_path = ckpt.save(
-            self.model, self.directory, step=step,
-            incremental=self.incremental, keep=self.keep,
-            full_every=self.full_every, progress=self._say)
-        self.last_saved_step = step
+        if self.maintenance is not None:
+            # Once, outside the wait below: an eviction that failed part way
+            # is not run again (its show decay would apply twice on the
+            # shards it reached); a lost ps ends the job as before.
+            self.maintenance.run(self.model, step)
+
+        def write():
+            # Run again after a ps cut: the failed attempt may have
+            # published the checkpoint before its change marks failed.
+            if self._unsaved(step):
+                self.last_saved_path = ckpt.save(
+                    self.model, self.directory, step=step,
+                    incremental=self.incremental, keep=self.keep,
+                    full_every=self.full_every, progress=self._say)
+                self.last_saved_step = step
+        tn_distribute.through_ps_cut(write, what or f"checkpoint ckpt-{step}")
 
 
 class TableMaintenance(tf_keras.callbacks.Callback):

@@ -186,10 +186,8 @@ def run_days(strategy, distributed: bool, cli) -> dict:
         record["train_seconds"] = round(time.perf_counter() - start, 3)
         if maintenance is not None:
             record["evicted"] = maintenance.run(model, day_step(day))
-        attempts = []
-        path = tn.distribute.through_ps_cut(
-            lambda: _save_day(model, ckpt_dir, day_step(day), attempts),
-            f"day {day}'s checkpoint")
+        path = _save_day(model, ckpt_dir, day_step(day),
+                         f"day {day}'s checkpoint")
         record["checkpoint"] = os.path.basename(path)
         record["train_step"] = int(model.optimizer.iterations.numpy())
         trained_any = True
@@ -221,18 +219,23 @@ def run_days(strategy, distributed: bool, cli) -> dict:
     return summary
 
 
-def _save_day(model, ckpt_dir: str, step: int, attempts: list) -> str:
-    """The day's checkpoint. Run again after a failure (`attempts` counts
-    the calls), a checkpoint the failed call published already (a ps cut
-    off between its rename and its change marks) is taken as it is."""
+def _save_day(model, ckpt_dir: str, step: int, what: str) -> str:
+    """The day's checkpoint, a ps cut waited out (through_ps_cut). Run
+    again after a failure, a checkpoint the failed attempt published
+    already (a ps cut off between its rename and its change marks) is taken
+    as it is; a first attempt refuses an existing one, as save does."""
     final = os.path.join(os.path.abspath(ckpt_dir), f"ckpt-{step}")
-    attempts.append(step)
-    if len(attempts) > 1 and os.path.isdir(final):
-        return final
-    return tn.saving.save(model, ckpt_dir, step=step,
-                          incremental=FLAGS.checkpoint_incremental,
-                          keep=FLAGS.checkpoint_keep,
-                          full_every=FLAGS.checkpoint_full_every)
+    tried = []
+
+    def write():
+        if tried and os.path.isdir(final):
+            return final
+        tried.append(step)
+        return tn.saving.save(model, ckpt_dir, step=step,
+                              incremental=FLAGS.checkpoint_incremental,
+                              keep=FLAGS.checkpoint_keep,
+                              full_every=FLAGS.checkpoint_full_every)
+    return tn.distribute.through_ps_cut(write, what)
 
 
 def _fit_day(model, data, distributed: bool, callbacks=()) -> None:
