@@ -10,10 +10,13 @@ refused without changing what is served.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -25,7 +28,7 @@ import tensorflow_recommenders as tfrs
 
 import tnet as tn
 from tnet import feature_column as fc
-from tnet.saving import fresh, op_check
+from tnet.saving import fresh, op_check, update_key
 from tnet.serving import follow
 
 TOL = 1e-5
@@ -209,14 +212,15 @@ def _grpc_predict(address, probe):
         "serving_default", probe)["prediction"].reshape(-1)
 
 
-def _follow_cli(export, address):
-    env = dict(os.environ)
+def _follow_cli(export, address, *flags, env_extra=None):
+    env = {k: v for k, v in os.environ.items() if k != update_key.ENV_VAR}
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))) + os.pathsep + env.get("PYTHONPATH", "")
     env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    env.update(env_extra or {})
     return subprocess.run(
         [sys.executable, "-m", "tnet.serving.follow", "--export_dir", export,
-         "--target", f"grpc://{address}/ranker", "--once"],
+         "--target", f"grpc://{address}/ranker", "--once", *flags],
         capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -266,6 +270,262 @@ def test_follow_cli_grpc_target_without_tnet(setup, tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+# ------------------------------------------------------------ update key
+def _the_key(export):
+    return update_key.read_key_file(update_key.default_key_file(export))[0]
+
+
+def _forged(model, info, version, key, dense=False, value=9.0):
+    """What an outside client would send: rows of `value` for every key
+    the trainer's tables hold (those a probe batch reads), and with
+    `dense` every dense variable set to `value` too."""
+    inputs = {"version": np.array(version, np.int64)}
+    if key is not None:
+        inputs[update_key.KEY_INPUT] = np.array(key.encode(), dtype=object)
+    for name, e in info["tables"].items():
+        keys = model.tables()[name].export()[0].numpy().astype(np.int64)
+        inputs[f"{e['prefix']}_keys"] = keys
+        inputs[f"{e['prefix']}_rows"] = np.full((len(keys), e["dim"]),
+                                                value, np.float32)
+        inputs[f"{e['prefix']}_deleted"] = np.zeros(0, np.int64)
+    if dense:
+        for j, e in enumerate(info["dense"]):
+            inputs[f"dense_{j}"] = np.full(e["shape"], value, e["dtype"])
+    return inputs
+
+
+def _overlay_sizes(loaded):
+    return {n: int(tf.raw_ops.LookupTableSizeV2(
+        table_handle=t.overlay.resource_handle).numpy())
+        for n, t in loaded.tables.items()}
+
+
+def _wrong_keys(key):
+    last = "0" if key[-1] != "0" else "1"
+    return ["", update_key.new_key(), key[:-1] + last, key + "0", key.upper(),
+            "x" * 5000]
+
+
+def test_sha256_of_the_graph_is_hashlibs():
+    """The digest the signatures compute with stock ops is SHA-256: every
+    length around the padding boundaries (55/56/64 bytes) and multi-block
+    messages."""
+    fn = tf.function(update_key.sha256, autograph=False,
+                     input_signature=[tf.TensorSpec([], tf.string)])
+    rng = np.random.default_rng(5)
+    for n in list(range(0, 140)) + [1000, 1059]:
+        message = rng.bytes(n)
+        np.testing.assert_array_equal(
+            fn(tf.constant(message)).numpy(),
+            update_key.words_of(hashlib.sha256(message).digest()), str(n))
+
+
+def test_key_file_is_owner_only_and_the_key_is_in_no_served_file(setup):
+    model, rng, export = setup
+    base_path = os.path.dirname(export)
+    path = update_key.default_key_file(export)
+    assert path == base_path + ".update_key"  # beside, not under, the base
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    keys = update_key.read_key_file(path)
+    assert len(keys) == 1 and len(bytes.fromhex(keys[0])) == 32
+    key = keys[0]
+    record = fresh.read_info(export)["update_key"]
+    assert set(record) == {"salt", "sha256", "file"} and record["file"] == path
+    assert update_key.matches(record, key)
+    assert not update_key.matches(record, update_key.new_key())
+    # A delta published and applied: deltas/ and the follower's records.
+    loaded = tf.saved_model.load(export)
+    _fit(model, rng, 2)
+    tn.saving.publish_delta(model, export, compact_at=None)
+    follow.Follower(export, [follow.InProcessTarget(loaded)],
+                    say=lambda m: None).step()
+    raw = bytes.fromhex(key)
+    forms = [key.encode(), key.upper().encode(), raw,
+             base64.b64encode(raw), base64.urlsafe_b64encode(raw)]
+    seen = 0
+    for d, _, files in os.walk(base_path):
+        for f in files:
+            data = open(os.path.join(d, f), "rb").read()
+            seen += 1
+            for form in forms:
+                assert form not in data, (os.path.join(d, f), form)
+    assert seen >= 5  # saved_model.pb, variables, info, delta, record
+    # A second export beside it reuses the key (same file), with its own
+    # salt; a rotation puts a new key first and keeps the old one second.
+    second = tn.saving.export_for_serving(model, os.path.join(base_path, "2"),
+                                          updatable=True)
+    r2 = fresh.read_info(second)["update_key"]
+    assert update_key.matches(r2, key) and r2["salt"] != record["salt"]
+    third = tn.saving.export_for_serving(model, os.path.join(base_path, "3"),
+                                         updatable=True,
+                                         rotate_update_key=True)
+    new = update_key.read_key_file(path)
+    assert len(new) == 2 and new[1] == key and new[0] != key
+    assert update_key.matches(fresh.read_info(third)["update_key"], new[0])
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    with pytest.raises(ValueError, match="inside the export"):
+        tn.saving.export_for_serving(
+            model, os.path.join(base_path, "4"), updatable=True,
+            update_key_file=os.path.join(base_path, "4", "key"))
+    with pytest.raises(ValueError, match="32 to 1024"):
+        tn.saving.export_for_serving(model, os.path.join(base_path, "5"),
+                                     updatable=True, update_key="secret")
+    assert not os.path.exists(os.path.join(base_path, "5"))
+
+
+def test_a_refused_update_changes_nothing(setup):
+    """apply_rows / apply_delta without the key, or with a wrong one, fail
+    with one line and leave rows, dense weights and version as they were;
+    the same request with the key does change what is served (so the
+    refusals are the key's doing)."""
+    model, rng, export = setup
+    info = fresh.read_info(export)
+    key = _the_key(export)
+    loaded = tf.saved_model.load(export)
+    target = follow.InProcessTarget(loaded)
+    probe = _probe()
+    before = _served(loaded, probe)
+    dense = [v.numpy() for v in loaded.dense_variables]
+    sizes = _overlay_sizes(loaded)
+    for sig in (fresh.APPLY_ROWS, fresh.APPLY_DELTA):
+        for bad in _wrong_keys(key):
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match=f"{sig}: refused: bad update key"):
+                target.call(sig, _forged(model, info, 1, bad,
+                                         dense=sig == fresh.APPLY_DELTA))
+        with pytest.raises(TypeError, match=update_key.KEY_INPUT):
+            target.call(sig, _forged(model, info, 1, None,
+                                     dense=sig == fresh.APPLY_DELTA))
+    np.testing.assert_array_equal(_served(loaded, probe), before)
+    for v, d in zip(loaded.dense_variables, dense):
+        np.testing.assert_array_equal(v.numpy(), d)
+    assert _overlay_sizes(loaded) == sizes
+    assert follow.serving_version(target)[0] == 0
+    # The key with a wrong version: still refused, still nothing changed.
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="serving_version"):
+        target.call(fresh.APPLY_DELTA, _forged(model, info, 2, key, True))
+    np.testing.assert_array_equal(_served(loaded, probe), before)
+    # The control: with the key the forged rows and weights are served.
+    target.call(fresh.APPLY_DELTA, _forged(model, info, 1, key, True))
+    assert follow.serving_version(target)[0] == 1
+    assert np.max(np.abs(_served(loaded, probe) - before)) > 1e-3
+    assert all(np.all(v.numpy() == 9.0) for v in loaded.dense_variables)
+
+
+def test_grpc_anonymous_client_cannot_change_what_is_served(setup,
+                                                             tmp_path):
+    """Through the PredictionService: the issue's client (asks
+    serving_version, sends version + 1 and rows of 9.0 for the probe's
+    ids) is refused with and without a key, serving_default and
+    serving_version stay open; the follower with the key (file, or
+    TNET_UPDATE_KEY) applies deltas as before; with a wrong key it exits 2
+    with one line."""
+    import grpc  # noqa: PLC0415
+    model, rng, export = setup
+    info = fresh.read_info(export)
+    key_file = update_key.default_key_file(export)
+    key = _the_key(export)
+    probe = _probe()
+    proc, address = _start_server(export, tmp_path)
+    try:
+        client = follow.GrpcTarget(address, "ranker")
+        before = _grpc_predict(address, probe)
+        version, base = follow.serving_version(client)
+        assert (version, base) == (0, info["base_id"])
+        for sig in (fresh.APPLY_ROWS, fresh.APPLY_DELTA):
+            dense = sig == fresh.APPLY_DELTA
+            with pytest.raises(grpc.RpcError) as e:  # no key at all
+                client.call(sig, _forged(model, info, version + 1, None,
+                                         dense))
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert update_key.KEY_INPUT in e.value.details()
+            for bad in _wrong_keys(key)[:3]:
+                with pytest.raises(grpc.RpcError) as e:
+                    client.call(sig, _forged(model, info, version + 1, bad,
+                                             dense))
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert f"{sig}: refused: bad update key" in e.value.details()
+        np.testing.assert_array_equal(_grpc_predict(address, probe), before)
+        assert follow.serving_version(client)[0] == 0
+
+        # The follower with the key file.
+        _fit(model, rng, 2, hi=300)
+        tn.saving.publish_delta(model, export, compact_at=None)
+        done = _follow_cli(export, address, "--update_key_file", key_file)
+        assert done.returncode == 0, done.stderr
+        np.testing.assert_allclose(_grpc_predict(address, probe),
+                                   _trained(model, probe), atol=TOL)
+        # The key file gone from where the follower could find it: the
+        # key from the environment; then a wrong one.
+        hidden = str(tmp_path / "elsewhere")
+        os.rename(key_file, hidden)
+        _fit(model, rng, 2, hi=300)
+        tn.saving.publish_delta(model, export, compact_at=None)
+        state = _grpc_predict(address, probe)
+        for env in ({}, {update_key.ENV_VAR: update_key.new_key()}):
+            done = _follow_cli(export, address, env_extra=env)
+            assert done.returncode == 2, done.stderr
+            ours = [line for line in done.stderr.splitlines()
+                    if line.startswith("tnet.serving.follow:")]
+            assert len(ours) == 1 and "no update key" in ours[0], \
+                done.stderr
+            np.testing.assert_array_equal(_grpc_predict(address, probe),
+                                          state)
+        done = _follow_cli(export, address, env_extra={
+            update_key.ENV_VAR: f"{update_key.new_key()},{key}"})
+        assert done.returncode == 0, done.stderr
+        np.testing.assert_allclose(_grpc_predict(address, probe),
+                                   _trained(model, probe), atol=TOL)
+        assert follow.serving_version(client)[0] == 2
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_old_export_without_key_loads_and_is_refused_unless_opted_in(
+        tmp_path, monkeypatch):
+    """An updatable export written before update keys (reproduced here: no
+    key input, no digest) still loads and serves; the follower refuses to
+    update it unless allow_keyless, and then applies as before."""
+    tf.keras.utils.set_random_seed(7)
+    rng = np.random.default_rng(7)
+    model = Ranker()
+    model.compile(tn.optimizer.Adagrad(0.1))
+    _fit(model, rng, 3)
+    export = str(tmp_path / "ranker" / "1")
+    original = fresh.updatable_signatures
+    monkeypatch.setattr(fresh, "updatable_signatures",
+                        lambda m, s, d, model, record: original(
+                            m, s, d, model, None))
+    tn.saving.export_for_serving(model, export, updatable=True)
+    monkeypatch.undo()
+    assert "update_key" not in fresh.read_info(export)
+    loaded = tf.saved_model.load(export)
+    assert update_key.KEY_INPUT not in loaded.signatures[
+        fresh.APPLY_ROWS].structured_input_signature[1]
+    probe = _probe()
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(model, probe), atol=TOL)
+    _fit(model, rng, 2, hi=300)
+    tn.saving.publish_delta(model, export, compact_at=None)
+    target = follow.InProcessTarget(loaded)
+    before = _served(loaded, probe)
+    with pytest.raises(fresh.DeltaError, match="has no update key"):
+        follow.Follower(export, [target], say=lambda m: None).step()
+    np.testing.assert_array_equal(_served(loaded, probe), before)
+    follow.Follower(export, [target], say=lambda m: None,
+                    allow_keyless=True).step()
+    np.testing.assert_allclose(_served(loaded, probe),
+                               _trained(model, probe), atol=TOL)
+    # Migration: the next base (here a compaction) has a key.
+    _fit(model, rng, 2, hi=300)
+    new = tn.saving.publish_delta(model, export, compact_at=0.01)
+    assert new == str(tmp_path / "ranker" / "2")
+    assert update_key.matches(fresh.read_info(new)["update_key"],
+                              _the_key(new))
 
 
 def test_trainer_restart_from_older_checkpoint(setup, tmp_path):
@@ -434,9 +694,18 @@ def test_compaction_writes_a_new_base_version(setup):
     assert first.endswith(os.path.join("deltas", "delta-000001"))
     follower.step()
     _fit(model, rng, 2, hi=300)
-    second = tn.saving.publish_delta(model, export, compact_at=0.05)
+    old_key = _the_key(export)
+    second = tn.saving.publish_delta(model, export, compact_at=0.05,
+                                     rotate_update_key=True)
     base = os.path.dirname(export)
     assert second == os.path.join(base, "2")
+    # Rotated: the new base has a new key, the key file keeps the old one
+    # second, so a follower given the file drives replicas on either base.
+    new_key, kept = update_key.read_key_file(
+        update_key.default_key_file(export))
+    assert kept == old_key != new_key
+    assert update_key.matches(fresh.read_info(second)["update_key"],
+                              new_key)
     assert fresh.newest_export(export) == second
     probe = _probe()
     new = follow.InProcessTarget(tf.saved_model.load(second), name="new")
@@ -447,6 +716,10 @@ def test_compaction_writes_a_new_base_version(setup):
     assert third.startswith(second + os.sep)
     follower.targets.append(new)
     assert follower.step() == {"old": 1, "new": 1}
+    stale = follow.Follower(export, [new], say=lambda m: None,
+                            update_keys=[old_key])
+    with pytest.raises(fresh.DeltaError, match="no update key"):
+        stale.step()
     np.testing.assert_allclose(_served(new.loaded, probe),
                                _trained(model, probe), atol=TOL)
 

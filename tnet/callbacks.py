@@ -477,13 +477,16 @@ class PublishDeltas(tf_keras.callbacks.Callback):
 
     `compact_at`: see `tn.saving.publish_delta` (a new base version when
     the published rows reach that fraction of the base's; None: never).
+    `rotate_update_key`: such a new base gets a new update key (see
+    `tn.saving.publish_delta`).
     `published` lists the delta (or new base) directories it wrote.
     """
 
     def __init__(self, export_dir: str, every_n_steps: Optional[int] = None,
                  every_seconds: Optional[float] = None,
                  at_train_end: bool = True,
-                 compact_at: Optional[float] = 0.1):
+                 compact_at: Optional[float] = 0.1,
+                 rotate_update_key: bool = False):
         super().__init__()
         if every_n_steps is not None and (
                 isinstance(every_n_steps, bool) or int(every_n_steps) < 1):
@@ -498,6 +501,7 @@ class PublishDeltas(tf_keras.callbacks.Callback):
                               else None)
         self.at_train_end = at_train_end
         self.compact_at = compact_at
+        self.rotate_update_key = bool(rotate_update_key)
         self.published = []
         self._publisher = None
         self._last_time = 0.0
@@ -525,8 +529,9 @@ class PublishDeltas(tf_keras.callbacks.Callback):
         # A publish that failed part way writes nothing and keeps the freed
         # keys it read for the next one, so a ps cut is waited out.
         self.published.append(tn_distribute.through_ps_cut(
-            lambda: fresh.publish_delta(self.model, self.export_dir,
-                                        compact_at=self.compact_at),
+            lambda: fresh.publish_delta(
+                self.model, self.export_dir, compact_at=self.compact_at,
+                rotate_update_key=self.rotate_update_key),
             f"publishing a delta at step {step}"))
         self._last_time = time.monotonic()
         self._last_step = step

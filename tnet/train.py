@@ -104,6 +104,15 @@ flags.DEFINE_bool("updatable_export", False, "Write the export with "
                   "updatable=True (an overlay and the apply_delta "
                   "signatures): tn.saving.publish_delta and python -m "
                   "tnet.serving.follow can then keep it fresh.")
+flags.DEFINE_string("update_key_file", "", "Updatable exports: the file "
+                    "that keeps the update key apply_delta / apply_rows "
+                    "require (owner-only; generated when missing). Default: "
+                    "<export_dir>.update_key. Keep it off the volume the "
+                    "model server mounts; give it to the follower only.")
+flags.DEFINE_bool("rotate_update_key", False, "Updatable exports: every new "
+                  "base this run writes (compaction, the final export, each "
+                  "day's export) gets a new update key; the key file keeps "
+                  "the previous one second.")
 flags.DEFINE_integer("publish_every_n_steps", 0, "With --export_dir: keep "
                      "the served model fresh while training: every N steps "
                      "(under a cluster: at the epoch end that crosses it), "
@@ -194,7 +203,8 @@ def _publisher():
     return tn.callbacks.PublishDeltas(
         FLAGS.export_dir, every_n_steps=FLAGS.publish_every_n_steps or None,
         every_seconds=FLAGS.publish_every_seconds or None,
-        compact_at=FLAGS.publish_compact_at or None)
+        compact_at=FLAGS.publish_compact_at or None,
+        rotate_update_key=FLAGS.rotate_update_key)
 
 
 def updatable_export_of(export_dir: str):
@@ -423,10 +433,12 @@ def export_and_check(model, spec, version: int | None = None,
     # logits), and the export infers its signature from the model's first
     # call, as Keras' model.save does (ragged ids -> padded [None, None]).
     expected = model(features, training=False).numpy()[:256].reshape(-1)
-    path = tn.saving.export_for_serving(model, version,
-                                        quantize=FLAGS.quantize,
-                                        updatable=(FLAGS.updatable_export
-                                                   or _publishing()))
+    updatable = FLAGS.updatable_export or _publishing()
+    path = tn.saving.export_for_serving(
+        model, version, quantize=FLAGS.quantize, updatable=updatable,
+        **({} if not updatable else dict(
+            update_key_file=FLAGS.update_key_file or None,
+            rotate_update_key=FLAGS.rotate_update_key)))
     sample = {k: _serving_array(v)[:256] for k, v in features.items()}
     sample_path = _save_sample(__expected__=expected, **sample)
     tolerance = {None: 1e-5, "float16": 1e-3, "int8": 1e-2}[FLAGS.quantize]

@@ -28,6 +28,14 @@ class Service(prediction_service_pb2_grpc.PredictionServiceServicer):
                           f"no model {request.model_spec.name!r}")
         sig = request.model_spec.signature_name or "serving_default"
         fn = self.loaded.signatures[sig]
+        # As TF Serving: the request's inputs must be the signature's.
+        want = set(fn.structured_input_signature[1])
+        if set(request.inputs) != want:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "input size does not match signature: sent extra: "
+                f"{sorted(set(request.inputs) - want)}, missing but required: "
+                f"{sorted(want - set(request.inputs))}")
         inputs = {k: tf.constant(tf.make_ndarray(v))
                   for k, v in request.inputs.items()}
         try:

@@ -98,7 +98,10 @@ SCRATCH_DIR = ".tnet-scratch"  # inside the temporary export dir
 def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
                        input_signature: Optional[Mapping[str, tf.TensorSpec]] = None,
                        candidates: Optional[Mapping[str, Any]] = None,
-                       k: int = 100, updatable: bool = False) -> str:
+                       k: int = 100, updatable: bool = False,
+                       update_key: Optional[str] = None,
+                       update_key_file: Optional[str] = None,
+                       rotate_update_key: bool = False) -> str:
     """Writes `model` as a SavedModel that stock TensorFlow serves.
 
     Args:
@@ -126,7 +129,19 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
         the signatures `apply_delta`, `apply_rows` and `serving_version`,
         so deltas published by `tn.saving.publish_delta` can be applied to
         the running model (`python -m tnet.serving.follow`); see
-        `tnet.saving.fresh`.
+        `tnet.saving.fresh`. `apply_delta` and `apply_rows` require the
+        update key (`tnet.saving.update_key`); the export holds only a
+        salted SHA-256 of it.
+      update_key: with updatable: the key (32 to 1024 printable ASCII
+        characters). Default: the newest key of the key file, or a new
+        random 256-bit key when there is none.
+      update_key_file: where the key is kept on the trainer's side
+        (owner-only, 0600, newest key first, the previous one second).
+        Default: beside the export's base path, `/models/ranker.update_key`
+        for `/models/ranker/1`; never inside the export.
+      rotate_update_key: generate a new key for this export (the previous
+        one stays second in the key file for replicas still on an older
+        base).
 
     Returns the export directory. The SavedModel's "serving_default"
     signature takes the features by name and returns {"prediction": model
@@ -142,6 +157,10 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
             "scope; call it outside `strategy.scope()` so the export's "
             "variables are created locally, not on ps tasks")
     retrieval = None
+    if not updatable and (update_key is not None or update_key_file
+                          is not None or rotate_update_key):
+        raise ValueError("export_for_serving: update_key, update_key_file "
+                         "and rotate_update_key need updatable=True")
     if updatable and (candidates is not None or quantize is not None):
         raise ValueError(
             "export_for_serving(updatable=True) serves float32 embeddings of "
@@ -160,6 +179,16 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
             "export to a new directory (TF Serving loads numbered version "
             "directories: write the next version number)")
     parent = os.path.dirname(export_dir)
+    key_record = None
+    if updatable:
+        from tnet.saving import update_key as keys  # noqa: PLC0415
+        key, key_file = keys.key_for_export(export_dir, update_key,
+                                            update_key_file,
+                                            rotate_update_key)
+        # Salt and digest, and where the trainer keeps the key (a
+        # compaction's new base reads it there); never the key.
+        key_record = dict(keys.entry(key), file=key_file)
+        del key
     try:
         # Temp dir, fsync, rename (an empty export_dir is replaced); the
         # temp dirs of a killed export of the same version are removed
@@ -167,7 +196,7 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
         with publish_dir(export_dir) as tmp:
             _check_free_space(model, parent, export_dir, quantize)
             info = _write(model, tmp, quantize, signature, retrieval,
-                          updatable)
+                          key_record)
             with open(os.path.join(tmp, INFO_FILE), "w") as f:
                 json.dump(info, f, indent=2, sort_keys=True)
     except ExportWriteError:
@@ -256,8 +285,9 @@ def _check_free_space(model, parent: str, export_dir: str,
 
 
 def _write(model, path: str, quantize: Optional[str],
-           signature: "Signature", retrieval=None, updatable: bool = False
-           ) -> Dict[str, Any]:
+           signature: "Signature", retrieval=None,
+           key_record: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    updatable = key_record is not None
     tables = _model_tables(model)
     if retrieval is not None:
         # The candidate side is precomputed: only the query's tables serve.
@@ -316,8 +346,8 @@ def _write(model, path: str, quantize: Optional[str],
     if updatable:
         from tnet.saving import fresh  # noqa: PLC0415
         with tf.device(None):
-            extra, fresh_info = fresh.updatable_signatures(module, serving,
-                                                           dense, model)
+            extra, fresh_info = fresh.updatable_signatures(
+                module, serving, dense, model, key_record)
         for name, fn in extra.items():
             raise_if_tnet_ops(ops_of(fn.graph.as_graph_def()), name)
         signatures.update(extra)

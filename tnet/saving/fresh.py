@@ -86,7 +86,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from tnet.saving import delta_marks
+from tnet.saving import delta_marks, update_key
 from tnet.saving.files import _sha256, publish_dir
 
 logger = logging.getLogger("tnet.fresh")
@@ -105,8 +105,12 @@ class DeltaError(RuntimeError):
 
 
 # ------------------------------------------------------------ export side
-def updatable_signatures(module, serving, dense, model):
-    """The extra signatures of an updatable export and its info entry."""
+def updatable_signatures(module, serving, dense, model, key_record):
+    """The extra signatures of an updatable export and its info entry.
+
+    `key_record` ({"salt", "sha256"}, `update_key.entry`): the digest of the
+    update key that `apply_delta` and `apply_rows` require; the key itself
+    is never in the export."""
     base_id = uuid.uuid4().hex
     module.serving_version = tf.Variable(tf.constant(0, tf.int64),
                                          trainable=False,
@@ -120,20 +124,35 @@ def updatable_signatures(module, serving, dense, model):
         table_specs[f"{p}_deleted"] = tf.TensorSpec([None], tf.int64)
     dense_specs = {f"dense_{i}": tf.TensorSpec(v.shape, v.dtype)
                    for i, v in enumerate(dense)}
-    version_spec = {"version": tf.TensorSpec([], tf.int64)}
+    version_spec = {"version": tf.TensorSpec([], tf.int64),
+                    update_key.KEY_INPUT: tf.TensorSpec([], tf.string)}
 
     def _named(specs):
         return {k: tf.TensorSpec(s.shape, s.dtype, name=k)
                 for k, s in specs.items()}
 
-    def insert_rows(inputs):
-        check = tf.debugging.assert_equal(
-            inputs["version"], module.serving_version + 1,
-            message="apply_delta: refused, the delta's version is not "
-                    "serving_version + 1 (applied twice, out of order, or "
-                    "a gap)")
+    if key_record is None:
+        # The format before update keys (no key input, no check): only
+        # reproduced by tests of old exports.
+        del version_spec[update_key.KEY_INPUT]
+
+    def checks(inputs, signature):
+        """The key check, then the version check: every mutation depends
+        on both, so a refused request changes nothing."""
+        key = tf.no_op() if key_record is None else update_key.refuse_unless(
+            update_key.key_ok(key_record, inputs[update_key.KEY_INPUT]),
+            signature)
+        with tf.control_dependencies([key]):
+            version = tf.debugging.assert_equal(
+                inputs["version"], module.serving_version + 1,
+                message=f"{signature}: refused, the delta's version is not "
+                        "serving_version + 1 (applied twice, out of order, "
+                        "or a gap)")
+        return [key, version]
+
+    def insert_rows(inputs, signature):
         ops = []
-        with tf.control_dependencies([check]):
+        with tf.control_dependencies(checks(inputs, signature)):
             for n, p in names.items():
                 ops.append(serving[n].apply(inputs[f"{p}_keys"],
                                             inputs[f"{p}_rows"],
@@ -141,12 +160,12 @@ def updatable_signatures(module, serving, dense, model):
         return ops
 
     def apply_rows(inputs):
-        ops = insert_rows(inputs)
+        ops = insert_rows(inputs, APPLY_ROWS)
         with tf.control_dependencies(ops):
             return {"applied": tf.identity(inputs["version"])}
 
     def apply_delta(inputs):
-        ops = insert_rows(inputs)
+        ops = insert_rows(inputs, APPLY_DELTA)
         with tf.control_dependencies(ops):
             assigns = [v.assign(inputs[f"dense_{i}"])
                        for i, v in enumerate(dense)]
@@ -170,7 +189,6 @@ def updatable_signatures(module, serving, dense, model):
             version, input_signature=[],
             autograph=False).get_concrete_function(),
     }
-    var_names = [v.name for v in dense]
     info = {
         "base_id": base_id,
         "through_step": _step(model) - 1,
@@ -178,8 +196,10 @@ def updatable_signatures(module, serving, dense, model):
                    for n, p in names.items()},
         "dense": _dense_entries(model, dense),
         "signatures": [APPLY_DELTA, APPLY_ROWS, SERVING_VERSION],
+        # Salt and digest only (update_key): the follower picks its key
+        # for this base by it.
+        **({} if key_record is None else {"update_key": dict(key_record)}),
     }
-    del var_names
     return sigs, info
 
 
@@ -602,7 +622,8 @@ def newest_export(export_dir: str) -> str:
 
 
 def publish_delta(model, export_dir: str,
-                  compact_at: Optional[float] = 0.1) -> str:
+                  compact_at: Optional[float] = 0.1,
+                  rotate_update_key: bool = False) -> str:
     """Publishes the rows changed (and keys freed) since the last publish,
     and the dense weights, as the next numbered delta of the updatable
     export `export_dir` (a numeric version directory such as
@@ -617,7 +638,10 @@ def publish_delta(model, export_dir: str,
     itself and the follower follows each replica's base. None: never.
     Inside a distribution strategy scope (a callback under
     ParameterServerStrategy) no base can be exported: a delta is
-    published and a warning logged.
+    published and a warning logged. The new base keeps the update key of
+    the current one (its key file), or gets a new one with
+    `rotate_update_key` (the key file then holds the new key and, second,
+    the previous one).
     """
     current = newest_export(export_dir)
     pub = publisher(model, current)
@@ -642,7 +666,10 @@ def publish_delta(model, export_dir: str,
                 export_for_serving)
             nxt = os.path.join(os.path.dirname(current),
                                str(int(os.path.basename(current)) + 1))
-            path = export_for_serving(model, nxt, updatable=True)
+            record = read_info(current).get("update_key") or {}
+            path = export_for_serving(model, nxt, updatable=True,
+                                      update_key_file=record.get("file"),
+                                      rotate_update_key=rotate_update_key)
             publisher(model, path)  # starts at the new base's step; closes pub
             return path
     return pub.publish()

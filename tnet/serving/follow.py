@@ -15,6 +15,18 @@ line naming the delta; the target keeps serving what it had. A delta is
 never applied twice: the target itself refuses any version but its
 serving_version + 1. What each target applied is recorded in
 `<export_dir>/deltas/followers/<target>.json` (version, base, time).
+
+Update key: `apply_delta` and `apply_rows` refuse a request without the
+export's update key (tnet.saving.update_key). The follower reads its keys
+from `--update_key_file` (one a line) and the environment variable
+`TNET_UPDATE_KEY` (one or more, separated by spaces or commas); given
+neither, from the key file the export wrote beside its base path
+(`/models/ranker.update_key`) when it can read it. Per target it sends the
+key whose digest is the one recorded for the base the target serves, so a
+key file holding the new and the previous key serves replicas on either
+base after a rotation. An export written before update keys has none: its
+signatures accept anyone's update, and the follower refuses to drive it
+unless `--allow_keyless_export` is given (re-export a base to get a key).
 """
 from __future__ import annotations
 
@@ -27,7 +39,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from tnet.saving import fresh
+from tnet.saving import fresh, update_key
 from tnet.saving.files import write_json_atomic
 from tnet.saving.fresh import DeltaError
 
@@ -101,14 +113,35 @@ class Follower:
     """Applies the deltas of `export_dir` to `targets` (see module doc)."""
 
     def __init__(self, export_dir: str, targets: List,
-                 chunk_bytes: int = CHUNK_BYTES, say=None):
+                 chunk_bytes: int = CHUNK_BYTES, say=None,
+                 update_keys: Optional[List[str]] = None,
+                 update_key_file: Optional[str] = None,
+                 allow_keyless: bool = False):
         self.export_dir = fresh.newest_export(export_dir)
         self.info = fresh.read_info(self.export_dir)
+        # The keys to pick from per base (see the module doc): given, from
+        # the key file (re-read when no key matches: a rotated file or a
+        # renewed Secret), from TNET_UPDATE_KEY; with none of these, from
+        # the key file beside the export if this process can read it.
+        self.given_keys = [update_key.check_key(k)
+                           for k in (update_keys or [])]
+        self.key_file = update_key_file
+        if update_keys is None and update_key_file is None and not \
+                os.environ.get(update_key.ENV_VAR):
+            path = update_key.default_key_file(export_dir)
+            if os.access(path, os.R_OK):
+                self.key_file = path
+        self.allow_keyless = allow_keyless
+        self.update_keys = self._load_keys()
         self.targets = targets
         self.chunk_bytes = chunk_bytes
         self.say = say or (lambda m: print(f"[tnet.follow] {m}", flush=True))
         self.state_dir = os.path.join(fresh.deltas_dir(self.export_dir),
                                       "followers")
+
+    def _load_keys(self) -> List[str]:
+        return list(dict.fromkeys(self.given_keys + update_key.follower_keys(
+            self.key_file)))
 
     def _record(self, target, version: int) -> None:
         self.state_dir = os.path.join(fresh.deltas_dir(self.export_dir),
@@ -202,14 +235,46 @@ class Follower:
             self._record(target, current)
         return current
 
+    def key_for(self, info=None) -> Optional[str]:
+        """The key to send for the base `info` (default: the current
+        one); None for a keyless export when allowed. DeltaError if no
+        key of the follower's matches."""
+        info = self.info if info is None else info
+        record = info.get("update_key")
+        if record is None:
+            if self.allow_keyless:
+                return None
+            raise DeltaError(
+                f"base {info['base_id']} ({self.export_dir}) has no update "
+                "key (exported before update keys): anyone who reaches the "
+                "model server can change it. Export a new updatable base "
+                "(it gets a key), or pass --allow_keyless_export "
+                "(Follower(allow_keyless=True)) to keep updating this one")
+        key = update_key.pick(record, self.update_keys)
+        if key is None and self.key_file is not None:
+            self.update_keys = self._load_keys()
+            key = update_key.pick(record, self.update_keys)
+        if key is None:
+            raise DeltaError(
+                f"no update key of the follower's ({len(self.update_keys)} "
+                f"given) matches base {info['base_id']} ({self.export_dir}): "
+                "pass --update_key_file or TNET_UPDATE_KEY with the key the "
+                "export wrote (default "
+                f"{update_key.default_key_file(self.export_dir)})")
+        return key
+
     def apply(self, target, version: int, payload) -> None:
         tables = self.info["tables"]
         version_arr = np.array(version, np.int64)
+        key = self.key_for()
         total = sum(payload[f"{e['prefix']}_rows"].nbytes
                     for e in tables.values())
         pieces = max(1, -(-total // self.chunk_bytes))
         for i in range(pieces):
             inputs = {"version": version_arr}
+            if key is not None:
+                inputs[update_key.KEY_INPUT] = np.array(key.encode(),
+                                                        dtype=object)
             for e in tables.values():
                 p = e["prefix"]
                 for part in ("keys", "rows", "deleted"):
@@ -236,10 +301,20 @@ def main(argv=None) -> int:
                              "to the freshness)")
     parser.add_argument("--once", action="store_true",
                         help="apply what is there and exit")
+    parser.add_argument("--update_key_file", default=None,
+                        help="file of the export's update key(s), one a "
+                             "line (also: env TNET_UPDATE_KEY; default: the "
+                             "key file beside the export's base path)")
+    parser.add_argument("--allow_keyless_export", action="store_true",
+                        help="also update exports written before update "
+                             "keys (anyone can change those)")
     args = parser.parse_args(argv)
     try:
         follower = Follower(args.export_dir,
-                            [parse_target(t) for t in args.target])
+                            [parse_target(t) for t in args.target],
+                            update_key_file=args.update_key_file,
+                            allow_keyless=args.allow_keyless_export)
+        follower.key_for()  # a missing or wrong key: one line, exit 2
     except (DeltaError, ValueError, OSError) as e:
         print(f"tnet.serving.follow: {e}", file=sys.stderr)
         return 2
