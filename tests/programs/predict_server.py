@@ -41,8 +41,9 @@ class Service(prediction_service_pb2_grpc.PredictionServiceServicer):
         try:
             out = fn(**inputs)
         except tf.errors.OpError as e:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          e.message.splitlines()[0])
+            # The whole message, as TF Serving returns a failed run's
+            # status (its first line may be only "Graph execution error:").
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
         resp = predict_pb2.PredictResponse()
         for k, v in out.items():
             resp.outputs[k].CopyFrom(tf.make_tensor_proto(v.numpy()))
