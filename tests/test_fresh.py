@@ -716,10 +716,15 @@ def test_compaction_writes_a_new_base_version(setup):
     assert third.startswith(second + os.sep)
     follower.targets.append(new)
     assert follower.step() == {"old": 1, "new": 1}
+    # A follower that has only the old key cannot update the new base.
+    _fit(model, rng, 1, hi=300)
+    tn.saving.publish_delta(model, export, compact_at=None)
     stale = follow.Follower(export, [new], say=lambda m: None,
                             update_keys=[old_key])
     with pytest.raises(fresh.DeltaError, match="no update key"):
         stale.step()
+    assert follow.serving_version(new)[0] == 1
+    assert follower.step() == {"old": 1, "new": 2}
     np.testing.assert_allclose(_served(new.loaded, probe),
                                _trained(model, probe), atol=TOL)
 

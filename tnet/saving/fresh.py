@@ -9,14 +9,16 @@ The loop:
    freed since, which reads the zero row), a `serving_version` variable,
    and three more signatures, all callable through TF Serving's Predict:
 
-   * `apply_delta(version, <table>_keys, <table>_rows, <table>_deleted, ...,
-     dense_0, dense_1, ...) -> {"applied"}`: refuses (InvalidArgument,
-     nothing changed) unless version == serving_version + 1; inserts each
+   * `apply_delta(version, update_key, <table>_keys, <table>_rows,
+     <table>_deleted, ..., dense_0, dense_1, ...) -> {"applied"}`: refuses
+     (InvalidArgument, nothing changed) unless `update_key` is the
+     export's (tnet.saving.update_key: the export holds only its salted
+     SHA-256) and version == serving_version + 1; inserts each
      table's freed keys and rows into its overlay, assigns every dense
      variable, then sets serving_version.
-   * `apply_rows(version, <table>_keys/_rows/_deleted ...)`: the rows of a
-     delta too big for one request (same version check; the version is set
-     by the final `apply_delta`).
+   * `apply_rows(version, update_key, <table>_keys/_rows/_deleted ...)`:
+     the rows of a delta too big for one request (same key and version
+     checks; the version is set by the final `apply_delta`).
    * `serving_version() -> {"version", "base_id"}`.
 
    `serving_default` reads the overlay first, then the base.
