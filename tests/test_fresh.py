@@ -322,7 +322,8 @@ def test_sha256_of_the_graph_is_hashlibs():
             update_key.words_of(hashlib.sha256(message).digest()), str(n))
 
 
-def test_key_file_is_owner_only_and_the_key_is_in_no_served_file(setup):
+def test_key_file_is_owner_only_and_the_key_is_in_no_served_file(
+        setup, monkeypatch):
     model, rng, export = setup
     base_path = os.path.dirname(export)
     path = update_key.default_key_file(export)
@@ -365,6 +366,18 @@ def test_key_file_is_owner_only_and_the_key_is_in_no_served_file(setup):
     assert len(new) == 2 and new[1] == key and new[0] != key
     assert update_key.matches(fresh.read_info(third)["update_key"], new[0])
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    # A rotating export that fails leaves the key file as it was (a retry
+    # must not push out the key of the base still served).
+    from tnet.saving import export as export_lib  # noqa: PLC0415
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("export failed half way")
+    monkeypatch.setattr(export_lib, "_write", fail)
+    with pytest.raises(RuntimeError, match="half way"):
+        tn.saving.export_for_serving(model, os.path.join(base_path, "9"),
+                                     updatable=True, rotate_update_key=True)
+    monkeypatch.undo()
+    assert update_key.read_key_file(path) == new
     with pytest.raises(ValueError, match="inside the export"):
         tn.saving.export_for_serving(
             model, os.path.join(base_path, "4"), updatable=True,

@@ -182,9 +182,8 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
     key_record = None
     if updatable:
         from tnet.saving import update_key as keys  # noqa: PLC0415
-        key, key_file = keys.key_for_export(export_dir, update_key,
-                                            update_key_file,
-                                            rotate_update_key)
+        key, key_file, keys_before = keys.key_for_export(
+            export_dir, update_key, update_key_file, rotate_update_key)
         # Salt and digest, and where the trainer keeps the key (a
         # compaction's new base reads it there); never the key.
         key_record = dict(keys.entry(key), file=key_file)
@@ -199,9 +198,11 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
                           key_record)
             with open(os.path.join(tmp, INFO_FILE), "w") as f:
                 json.dump(info, f, indent=2, sort_keys=True)
-    except ExportWriteError:
-        raise
     except BaseException as e:
+        if key_record is not None:
+            keys.restore_key_file(key_record["file"], keys_before)
+        if isinstance(e, ExportWriteError):
+            raise
         if _is_write_failure(e):
             raise ExportWriteError(export_dir, e) from e
         raise

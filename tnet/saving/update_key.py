@@ -167,11 +167,13 @@ def write_key_file(path: str, keys: Iterable[str]) -> None:
 
 def key_for_export(export_dir: str, update_key=None,
                    update_key_file: Optional[str] = None,
-                   rotate: bool = False) -> (str, str):
-    """(key, key file) for a new updatable export: the given key, or a new
-    one when `rotate` or when the key file does not exist, else the key
-    file's newest key. A given or new key goes first in the key file (the
-    previous newest stays second)."""
+                   rotate: bool = False) -> (str, str, Optional[List[str]]):
+    """(key, key file, the file's keys before) for a new updatable export:
+    the given key, or a new one when `rotate` or when the key file does
+    not exist, else the key file's newest key. A given or new key goes
+    first in the key file (the previous newest stays second); an export
+    that fails puts the file back (`restore_key_file`), so retrying a
+    rotation does not push out the key of the base still served."""
     path = os.path.abspath(os.fspath(update_key_file)) if update_key_file \
         else default_key_file(export_dir)
     inside = os.path.abspath(export_dir) + os.sep
@@ -191,7 +193,15 @@ def key_for_export(export_dir: str, update_key=None,
         write_key_file(path, [key] + old)
     elif (os.stat(path).st_mode & 0o077) != 0:
         os.chmod(path, 0o600)
-    return key, path
+    return key, path, old
+
+
+def restore_key_file(path: str, before: List[str]) -> None:
+    """The key file as it was before `key_for_export` (none: removed)."""
+    if before:
+        write_key_file(path, before)
+    elif os.path.exists(path):
+        os.remove(path)
 
 
 def follower_keys(update_key_file: Optional[str] = None,
