@@ -20,8 +20,9 @@ Update key: `apply_delta` and `apply_rows` refuse a request without the
 export's update key (tnet.saving.update_key). The follower reads its keys
 from `--update_key_file` (one a line) and the environment variable
 `TNET_UPDATE_KEY` (one or more, separated by spaces or commas); given
-neither, from the key file the export wrote beside its base path
-(`/models/ranker.update_key`) when it can read it. Per target it sends the
+neither, from the key file the export wrote (`/models/ranker.update_key`
+beside the base path, or the `update_key_file` the export recorded) when
+it can read it. Per target it sends the
 key whose digest is the one recorded for the base the target serves, so a
 key file holding the new and the previous key serves replicas on either
 base after a rotation. An export written before update keys has none: its
@@ -128,9 +129,11 @@ class Follower:
         self.key_file = update_key_file
         if update_keys is None and update_key_file is None and not \
                 os.environ.get(update_key.ENV_VAR):
-            path = update_key.default_key_file(export_dir)
-            if os.access(path, os.R_OK):
-                self.key_file = path
+            recorded = (self.info.get("update_key") or {}).get("file")
+            for path in (update_key.default_key_file(export_dir), recorded):
+                if path and os.access(path, os.R_OK):
+                    self.key_file = path
+                    break
         self.allow_keyless = allow_keyless
         self.update_keys = self._load_keys()
         self.targets = targets
