@@ -782,7 +782,9 @@ def test_cli_publishes_deltas_that_bring_the_base_to_the_trained_model(
            f"--train_files={train}", f"--eval_files={evals}",
            f"--model_dir={run}", f"--export_dir={export_dir}",
            "--hidden_units=8", "--batch_size=64", "--epochs=2",
-           "--publish_every_n_steps=3", "--publish_compact_at=0"]
+           "--publish_every_n_steps=3", "--publish_compact_at=0",
+           f"--update_key_file={tmp_path / 'keys' / 'ranker.key'}",
+           "--rotate_update_key"]
     env = dict(os.environ, PYTHONPATH=ROOT, CI="true",
                TF_CPP_MIN_LOG_LEVEL="2")
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True,
@@ -792,6 +794,16 @@ def test_cli_publishes_deltas_that_bring_the_base_to_the_trained_model(
     versions = fresh.versions_of(str(export_dir))
     assert len(versions) == 2, versions  # the base, then the final export
     base = os.path.join(export_dir, str(versions[0]))
+    # The key file where asked (owner-only), rotated by the final export:
+    # its key first, the base's second; the follower below finds it
+    # through the path the export recorded.
+    keys = update_key.read_key_file(str(tmp_path / "keys" / "ranker.key"))
+    assert stat.S_IMODE(os.stat(tmp_path / "keys" / "ranker.key").st_mode) \
+        == 0o600
+    assert not os.path.exists(update_key.default_key_file(base))
+    final = os.path.join(export_dir, str(versions[1]))
+    assert update_key.matches(fresh.read_info(final)["update_key"], keys[0])
+    assert update_key.matches(fresh.read_info(base)["update_key"], keys[1])
     assert f"publishing deltas to {base}" in res.stdout
     assert summary["export"]["updatable"] and summary["published"]
     # 2 epochs of ceil(900 / 64) = 15 steps: every 3rd step, and the end.
