@@ -24,6 +24,7 @@ right: tn.Model lets the losses it contains reduce that way, and
 """
 from __future__ import annotations
 
+import os
 from typing import List, Sequence, Tuple
 
 import tensorflow as tf
@@ -32,9 +33,11 @@ import tf_keras
 
 from tf_keras.src.engine import functional as keras_functional
 from tf_keras.src.engine import training as keras_training
+from tf_keras.src.utils import io_utils
 
 from tnet import scopes
 from tnet.layers.embedding_features import EmbeddingFeatures
+from tnet.saving import keras_weights
 
 
 class _TnetTraining:
@@ -93,6 +96,14 @@ class _TnetTraining:
         return [m for m in self._flatten_modules(include_self=False)
                 if isinstance(m, EmbeddingFeatures)]
 
+    def create_tables(self) -> None:
+        """Creates the tables of every tnet layer not called yet (a layer
+        creates them at its first call; compile() with a new sparse rule
+        recreates them empty)."""
+        with self.distribute_strategy.scope():
+            for layer in self.tnet_layers():
+                layer._create_tables()
+
     def tables(self):
         """{name: tn.SparseTable} over all tnet layers."""
         out = {}
@@ -104,6 +115,100 @@ class _TnetTraining:
                         "their columns distinct table names")
                 out[name] = table
         return out
+
+    # ------------------------------------------- Keras' weights methods
+    # Each includes the tables or refuses clearly (tnet.saving.keras_weights).
+    def save_weights(self, filepath, overwrite=True, save_format=None,
+                     options=None):
+        """Keras' save_weights with the tables: the TF format holds them as
+        the model's trackables; HDF5 (`.h5`) gets them in its
+        `tnet_tables` group. Large tables: prefer tn.saving.save."""
+        super().save_weights(filepath, overwrite=overwrite,
+                             save_format=save_format, options=options)
+        if keras_weights.weights_format(filepath, save_format) == "h5":
+            keras_weights.write_tables_h5(self, os.fspath(filepath))
+
+    def load_weights(self, filepath, skip_mismatch=False, by_name=False,
+                     options=None):
+        """Keras' load_weights with the tables (every table is cleared and
+        gets exactly the saved rows). A file saved with another sparse rule
+        (optimizer) is refused, naming that, before anything changes."""
+        path = os.fspath(filepath)
+        self.create_tables()  # so every table restores now, none later
+        h5 = keras_weights.is_h5_file(path)
+        if h5:
+            keras_weights.read_tables_h5(self, path, apply=False)
+        else:
+            keras_weights.check_tf_checkpoint(self, path)
+        status = super().load_weights(filepath, skip_mismatch=skip_mismatch,
+                                      by_name=by_name, options=options)
+        if h5:
+            keras_weights.read_tables_h5(self, path)
+        return status
+
+    def save(self, filepath, overwrite=True, save_format=None, **kwargs):
+        """Keras' save. The SavedModel format (a directory) holds the
+        tables and loads back with `tf_keras.models.load_model` in a
+        process that imports tnet; HDF5 and `.keras` files cannot hold
+        tables and are refused. For training checkpoints use
+        tn.saving.save; for serving, tn.saving.export_for_serving."""
+        from tf_keras.src.saving import saving_api  # noqa: PLC0415
+        fmt = (saving_api.get_save_format(filepath, save_format)
+               if not hasattr(filepath, "attrs") else "h5")
+        if fmt != "tf":
+            raise NotImplementedError(
+                f"model.save({os.fspath(filepath)!r}): the {fmt} format "
+                "cannot hold tnet tables (their rows are not Keras "
+                "weights). Use model.save(a_directory) (SavedModel, loads "
+                "with tnet imported), model.save_weights(...) or "
+                "tn.saving.save(model, dir) for checkpoints, and "
+                "tn.saving.export_for_serving(model, dir) for serving.")
+        return super().save(filepath, overwrite=overwrite,
+                            save_format=save_format, **kwargs)
+
+    def get_weights(self):
+        """Keras' dense weights (same list as a stock model's), as a
+        `TableWeights` list whose `.tables` holds a snapshot of every
+        table's rows, so `set_weights(get_weights())` (and
+        `EarlyStopping(restore_best_weights=True)`) restores the tables
+        too. Tables above keras_weights.MAX_SNAPSHOT_BYTES are refused."""
+        self.create_tables()
+        weights = keras_weights.TableWeights(super().get_weights())
+        weights.tables = keras_weights.snapshot_tables(self)
+        return weights
+
+    def set_weights(self, weights, tables=None):
+        """Sets the dense weights and, from get_weights' snapshot, the
+        tables. A plain list (no snapshot) is refused for a model with
+        tables unless `tables="keep"` (dense weights only)."""
+        snapshot = getattr(weights, "tables", None)
+        if tables not in (None, "keep"):
+            raise ValueError(f"set_weights: tables must be None or 'keep', "
+                             f"got {tables!r}")
+        if tables == "keep":
+            snapshot = None
+        elif snapshot is None and keras_weights.expected_tables(self):
+            raise keras_weights.TableWeightsError(
+                "set_weights: these weights hold no table rows (a plain "
+                "list, not what tn.Model.get_weights returned), so the "
+                f"tables {sorted(keras_weights.expected_tables(self))} would "
+                "keep the rows they have. Pass the list get_weights "
+                "returned, or set_weights(weights, tables='keep') to set "
+                "the dense weights only.")
+        if snapshot is not None:
+            self.create_tables()
+            keras_weights.restore_snapshot(self, snapshot, apply=False)
+        super().set_weights(list(weights))
+        if snapshot is not None:
+            keras_weights.restore_snapshot(self, snapshot)
+
+    def summary(self, *args, print_fn=None, **kwargs):
+        """Keras' summary, then each table's dim, rows so far and their
+        parameter count (rows grow as training sees new ids)."""
+        super().summary(*args, print_fn=print_fn, **kwargs)
+        out = print_fn or io_utils.print_msg
+        for line in keras_weights.table_summary_lines(self):
+            out(line)
 
     # ----------------------------------------------------------- training
     def _tfrs_style(self) -> bool:

@@ -246,19 +246,31 @@ class _TableShard(tf.saved_model.experimental.TrackableResource):
             tf.raw_ops.DestroyResourceOp(resource=self._resource_handle,
                                          ignore_lookup_error=True)
 
-    # Checkpointing: the whole shard as four tensors.
+    # Checkpointing (tf.train.Checkpoint, Keras' TF-format save_weights,
+    # BackupAndRestore): the whole shard as tensors, its rows (keys,
+    # weights, slots, meta) and its admission state (the keys still
+    # counting towards min_count, their counts and ages, and the lifecycle
+    # counters), so a restore is the shard as it was.
     def _serialize_to_tensors(self):
         keys, weights, slots, meta, _ = _ops.sparse_table_export(
             self.resource_handle, cursor=tf.constant(0, tf.int64),
             max_rows=tf.constant(_INT64_MAX, tf.int64), dim=self._dim)
-        return {"keys": keys, "weights": weights, "slots": slots, "meta": meta}
+        p_keys, p_counts, p_ages, counters = \
+            _ops.sparse_table_export_pending(self.resource_handle)
+        return {"keys": keys, "weights": weights, "slots": slots, "meta": meta,
+                "pending_keys": p_keys, "pending_counts": p_counts,
+                "pending_ages": p_ages, "counters": counters}
 
     def _restore_from_tensors(self, restored_tensors):
+        t = restored_tensors
         with tf.control_dependencies([_clear(self.resource_handle)]):
-            return _ops.sparse_table_import(
-                self.resource_handle, restored_tensors["keys"],
-                restored_tensors["weights"], restored_tensors["slots"],
-                restored_tensors["meta"], dim=self._dim)
+            rows = _ops.sparse_table_import(
+                self.resource_handle, t["keys"], t["weights"], t["slots"],
+                t["meta"], dim=self._dim)
+        with tf.control_dependencies([rows]):
+            return _ops.sparse_table_import_pending(
+                self.resource_handle, t["pending_keys"], t["pending_counts"],
+                t["pending_ages"], t["counters"], replace=True)
 
 
 def _clear(handle):
@@ -282,7 +294,12 @@ class SparseTable(tf.Module):
         starts the same whatever order or shard it arrives in.
       num_shards: number of shards (one per parameter server task).
       devices: optional device per shard, e.g. ["/job:ps/task:0", ...].
-      seed: initializer seed.
+      seed: initializer seed. None (default): the global seed of
+        `tf_keras.utils.set_random_seed` / `tf.random.set_seed` when one
+        is set at the table's creation, else 0. A given seed (or an
+        initializer's own `seed`) wins over the global one. A row's initial
+        value depends only on (seed, key), so a fixed seed is bit-exact
+        reproducible.
       num_stripes: lock stripes per shard (power of two). Lowered
         automatically for small `max_rows` so each stripe's share of the cap
         stays >= 256 rows (a stripe's cap is its own: fewer, larger stripes
@@ -303,8 +320,8 @@ class SparseTable(tf.Module):
 
     def __init__(self, name: str, dim: int, optimizer: Any = None,
                  initializer: Any = None, num_shards: int = 1,
-                 devices: Sequence[str] | None = None, seed: int = 0,
-                 num_stripes: int = 64, min_count: float = 1,
+                 devices: Sequence[str] | None = None,
+                 seed: int | None = None, num_stripes: int = 64, min_count: float = 1,
                  admission_capacity: int = 1 << 20,
                  max_rows: int | None = None,
                  memory_budget_bytes: int | None = None,
@@ -339,7 +356,10 @@ class SparseTable(tf.Module):
         self.optimizer = keras_opt.sparse_rule_of(optimizer)
         self.num_slots = self.optimizer.num_slots(dim)
         attrs = dict(self.optimizer.table_attrs())
-        attrs.update(_initializer_attrs(initializer, dim, seed))
+        if seed is None:
+            seed = _global_seed()
+        self.seed = int(seed)
+        attrs.update(_initializer_attrs(initializer, dim, self.seed))
         attrs["min_count"] = self.min_count
         attrs["admission_capacity"] = self.admission_capacity
         self.devices = list(devices) if devices else [None] * num_shards
@@ -726,6 +746,17 @@ class SparseTable(tf.Module):
                 tf.cast(ttl_steps, tf.int64),
                 tf.cast(current_step, tf.int64), compact=compact))
         return tf.add_n(counts)
+
+
+def _global_seed() -> int:
+    """The global TF seed (set_random_seed / tf.random.set_seed), else 0.
+    Read without drawing an op seed, so other random ops are unaffected."""
+    from tensorflow.python.eager import context  # noqa: PLC0415
+    if tf.executing_eagerly():
+        seed = context.global_seed()
+    else:
+        seed = tf.compat.v1.get_default_graph().seed
+    return 0 if seed is None else int(seed)
 
 
 def _check_tier(name, memory_budget_bytes, storage_dir, num_shards):

@@ -23,6 +23,9 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
       optimizer: the in-table rule for this layer's tables (a tnet or Keras
         optimizer, a rule or a name). None: the model's optimizer, attached
         when a `tn.Model` is compiled.
+      seed: the tables' initializer seed; None: the global seed of
+        `tf_keras.utils.set_random_seed` when one is set (at the tables'
+        creation), else 0. See tn.SparseTable.
       num_shards / devices: table placement; by default one shard per ps
         task under ParameterServerStrategy, one local shard otherwise.
       min_count / max_rows / admission_capacity: feature lifecycle defaults
@@ -41,7 +44,8 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
 
     def __init__(self, columns: Sequence[fc.EmbeddingColumn],
                  optimizer: Any = None, num_shards: Optional[int] = None,
-                 devices: Optional[Sequence[str]] = None, seed: int = 0,
+                 devices: Optional[Sequence[str]] = None,
+                 seed: Optional[int] = None,
                  min_count: Optional[float] = None,
                  max_rows: Optional[int] = None,
                  admission_capacity: Optional[int] = None,

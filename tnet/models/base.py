@@ -153,6 +153,8 @@ class CTRModel(Model):
                          f"elements, got {len(inputs)} parts")
 
 
+# Registered so that tf_keras.models.load_model of a model.save() finds it.
+@tf_keras.saving.register_keras_serializable(package="tnet")
 class Calibration(tf_keras.metrics.Metric):
     """Predicted CTR / observed CTR over the batches seen (1.0 is
     calibrated): sum(sigmoid(logits) * w) / sum(labels * w). Streaming, so
