@@ -26,6 +26,7 @@ import weakref
 from typing import Any, Callable, List, Optional
 
 import tensorflow as tf
+from tensorflow.python.saved_model import save_context
 
 from tnet import _ops
 from tnet.optimizer.sparse import resolve_learning_rate
@@ -64,6 +65,17 @@ def sum_rows(values, indices, num_rows):
     stock unsorted_segment_sum is ~100x slower for narrow rows)."""
     return _ops.tnet_sum_rows(values, tf.cast(indices, tf.int32),
                               tf.cast(num_rows, tf.int64))
+
+
+# A table's rows get their gradient from tn.Model.train_step (the tape
+# watches the pulled rows and pushes dE); nothing flows into the pull's
+# inputs (keys, the handle) or the integer key ops. Declared so that a
+# gradient of a whole traced call (a model revived by load_model) does
+# not stop at them: such a model's training trace then refuses to train
+# with a clear message (_refuse_training_in_savedmodel).
+for _op in ("SparseTablePull", "TnetUnique", "TnetShardOrder", "TnetRowIds",
+            "TnetCompactIds", "TnetFlattenKeys"):
+    tf.no_gradient(_op)
 
 
 @tf.RegisterGradient("TnetSumRows")
@@ -169,6 +181,9 @@ def fused_lookup(table: SparseTable, keys_per_column: List[tf.Tensor],
         batch = table.pull_rows(route, training=training)
         rows = batch.rows
     recorder = active_recorder()
+    if recorder is None and batch is not None and training is not False \
+            and save_context.in_save_context():
+        rows = _refuse_training_in_savedmodel(rows, training)
     # Only tn.Model.train_step opens a recorder (with training=True); a
     # tensor-valued `training` there is recorded too.
     if recorder is not None and training is not False and batch is not None:
@@ -180,6 +195,23 @@ def fused_lookup(table: SparseTable, keys_per_column: List[tf.Tensor],
     if len(keys_per_column) == 1:
         return rows, [idx]
     return rows, tf.split(idx, tf.stack(sizes), axis=0, num=len(sizes))
+
+
+def _refuse_training_in_savedmodel(rows, training):
+    """The training trace Keras' model.save() writes into a SavedModel: a
+    model revived by tf_keras.models.load_model would run it under its own
+    train_step, which pushes nothing to the tables (they would silently
+    stay as saved while the dense layers train). It fails instead."""
+    refuse = tf.constant(True) if training is True else tf.cast(training,
+                                                                tf.bool)
+    check = tf.debugging.Assert(tf.logical_not(refuse), [
+        "tnet: this model was loaded from a model.save() SavedModel, whose "
+        "tables cannot train (Keras' own train_step pushes nothing to "
+        "them). To train on, build the model in code and restore it with "
+        "model.load_weights(...) or tn.saving.restore(model, dir); "
+        "predict and evaluate work on the loaded model."])
+    with tf.control_dependencies([check]):
+        return tf.identity(rows)
 
 
 COMBINERS = {"sum": 0, "mean": 1, "sqrtn": 2}
