@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+import tnet as tn   # first: it selects Keras 2 (tf_keras) for TensorFlow
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 import tf_keras
 
-import tnet as tn
 from tnet import feature_column as fc
 from tnet.saving import keras_weights
 
@@ -203,19 +204,19 @@ def _check_untouched(t):
 
 # ------------------------------------------- save_weights / load_weights
 @pytest.mark.parametrize("style", STYLES)
-@pytest.mark.parametrize("fmt", ["h5", "tf"])
+@pytest.mark.parametrize("fmt", ["h5", "weights.h5", "tf"])
 def test_save_weights_into_fresh_compiled_model_is_bit_exact(
         trained, style, fmt, tmp_path):
     t = trained[style]
-    path = str(tmp_path / ("w.h5" if fmt == "h5" else "w"))
+    path = str(tmp_path / ("w" if fmt == "tf" else f"w.{fmt}"))
     t.model.save_weights(path)
     fresh = build(style)
-    if fmt == "h5":
+    if fmt != "tf":
         _call_once(fresh)  # stock Keras needs built variables for HDF5 too
     fresh.load_weights(path)
     np.testing.assert_array_equal(predict(fresh), t.pred)
-    assert_same_state(fresh, t.tables, None if fmt == "h5" else t.dense)
-    if fmt == "h5":   # HDF5 holds no optimizer state, as in Keras
+    assert_same_state(fresh, t.tables, t.dense if fmt == "tf" else None)
+    if fmt != "tf":   # HDF5 holds no optimizer state, as in Keras
         for a, b in zip([v.numpy() for v in fresh.trainable_weights],
                         [v.numpy() for v in t.model.trainable_weights]):
             np.testing.assert_array_equal(a, b)
@@ -239,6 +240,16 @@ def test_tf_format_load_then_training_goes_on_as_without_the_save(
     first = sorted(t.tables)[0]
     assert tables(fresh)[first][1].tolist() != t.tables[first][1].tolist()
     _check_untouched(t)
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_tf_train_checkpoint_holds_the_tables(trained, style, tmp_path):
+    t = trained[style]
+    path = tf.train.Checkpoint(model=t.model).write(str(tmp_path / "ck"))
+    fresh = build(style)
+    tf.train.Checkpoint(model=fresh).read(path)
+    np.testing.assert_array_equal(predict(fresh), t.pred)
+    assert_same_state(fresh, t.tables, t.dense)
 
 
 @pytest.mark.parametrize("style", STYLES)
