@@ -109,6 +109,39 @@ class OwnTrainStep(tn.Model):
         return super().train_step(data)
 
 
+class OwnTape(tn.Model):
+    """A train_step written from scratch, as in the Keras guide: the tape
+    sees the dense variables only, so the tables could not train."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = tn.layers.EmbeddingFeatures(_columns())
+        self.tower = _tower()
+
+    def call(self, features, training=False):
+        return self.tower(_join(self.embed(features, training=training),
+                                features["x"]))
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compiled_loss(tf.reshape(y, [-1, 1]),
+                                      self(x, training=True))
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+
+
+def test_a_train_step_of_ones_own_that_skips_the_tables_is_refused():
+    model = OwnTape()
+    model.compile(_optimizer(), loss=tf_keras.losses.BinaryCrossentropy(
+        from_logits=True))
+    with pytest.raises(TypeError, match=r"OwnTape.train_step looks up the "
+                       r"tnet tables \['c3', 'shared'\].*super\(\)"
+                       r".train_step\(data\)"):
+        model.fit(_dataset(), epochs=1, verbose=0)
+
+
 def _functional():
     inputs = {"u": tf_keras.Input(shape=(), dtype="int64", name="u"),
               "c": tf_keras.Input(shape=(), dtype="int64", name="c"),

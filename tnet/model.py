@@ -24,6 +24,7 @@ right: tn.Model lets the losses it contains reduce that way, and
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import List, Sequence, Tuple
 
@@ -42,6 +43,12 @@ from tnet.saving import keras_weights
 
 class _TnetTraining:
     """train/test steps shared by tn.Model and its functional form."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("train_step")
+        if own is not None and not getattr(own, "_tnet_checked", False):
+            cls.train_step = _checked_train_step(cls.__name__, own)
 
     def compile(self, optimizer="rmsprop", *args, **kwargs):
         super().compile(optimizer, *args, **kwargs)
@@ -304,6 +311,28 @@ class Model(_TnetTraining, tfrs.models.Model):
 class FunctionalModel(_TnetTraining, keras_functional.Functional):
     """What tn.Model(inputs, outputs) returns: a Keras functional model with
     tn.Model's training step."""
+
+
+def _checked_train_step(class_name: str, train_step):
+    """A user's own train_step, refused (when traced) if it looks tables up
+    in training outside tn.Model.train_step: their gradients would never
+    reach the tables, which would silently not train."""
+    @functools.wraps(train_step)
+    def checked(self, data):
+        with scopes.recording(None) as outside:
+            out = train_step(self, data)
+        if outside.lookups:
+            names = sorted({lk.table.table_name for lk in outside.lookups})
+            raise TypeError(
+                f"{class_name}.train_step looks up the tnet tables {names} "
+                "in training outside tn.Model.train_step, so no gradient "
+                "would reach them and they would not train. Call "
+                "super().train_step(data) in it (override compute_loss or "
+                "transform_gradients to change the loss or the gradients), "
+                "or look them up with training=False.")
+        return out
+    checked._tnet_checked = True
+    return checked
 
 
 def _allow_mean_reduction(model: tf_keras.Model) -> None:

@@ -187,7 +187,8 @@ def fused_lookup(table: SparseTable, keys_per_column: List[tf.Tensor],
     # Only tn.Model.train_step opens a recorder (with training=True); a
     # tensor-valued `training` there is recorded too.
     if recorder is not None and training is not False and batch is not None:
-        recorder.tape.watch(rows)
+        if recorder.tape is not None:  # None: a check that nothing records
+            recorder.tape.watch(rows)
         recorder.lookups.append(Lookup(table, batch, rows, shows,
                                        learning_rate))
     if not split:
