@@ -30,7 +30,7 @@ leaves the tables out silently:
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -64,13 +64,12 @@ def weights_format(filepath, save_format: Optional[str]) -> str:
 
 
 def is_h5_file(filepath) -> bool:
+    """True for an existing HDF5 file (a TF-format prefix is no file)."""
+    import h5py  # noqa: PLC0415
     path = os.fspath(filepath)
-    if path.endswith((".h5", ".hdf5", ".keras")):
-        return True
     try:
-        import h5py  # noqa: PLC0415
         return os.path.isfile(path) and h5py.is_hdf5(path)
-    except Exception:  # noqa: BLE001
+    except OSError:
         return False
 
 
@@ -244,7 +243,7 @@ def check_tf_checkpoint(model, prefix: str) -> None:
                 "saved from another model.")
         if "slots" in got and len(got["slots"]) == 2 \
                 and got["slots"][1] != num_slots:
-            table = _table_like(name, dim, num_slots, rule)
+            table = _TableLike(dim, num_slots, rule)
             raise _mismatch(prefix, name, got["slots"][1], None,
                             table, model)
 
@@ -257,10 +256,6 @@ def _escape(name: str) -> str:
 class _TableLike:
     def __init__(self, dim, num_slots, rule):
         self.dim, self.num_slots, self.optimizer = dim, num_slots, rule
-
-
-def _table_like(name, dim, num_slots, rule):
-    return _TableLike(dim, num_slots, rule)
 
 
 def expected_tables(model) -> Dict[str, tuple]:
@@ -371,7 +366,3 @@ def table_summary_lines(model) -> List[str]:
     lines.append(f"Table params so far: {total:,} (rows x dim, slots not "
                  "counted)")
     return lines
-
-
-def describe(obj: Any) -> str:
-    return type(obj).__name__
