@@ -21,11 +21,22 @@ Stock Keras refuses a loss with the default (mean) reduction inside a custom
 each worker runs one replica on its own batch, so mean over the batch is
 right: tn.Model lets the losses it contains reduce that way, and
 `tfrs.tasks.Ranking(loss=BinaryCrossentropy())` works unchanged.
+
+`compile(metrics=..., weighted_metrics=...)` works in both styles, as for a
+stock Keras model: the metrics see the labels, what the model's `call`
+returns and the sample weights. A `compute_loss` model gets them from the
+element `(features, labels[, sample_weight])` and from its one call of
+`self(...)` inside `compute_loss` (or from `record_predictions`, for a
+`compute_loss` that does not call the model). `loss=` and `loss_weights=`
+weight compiled losses, which a `compute_loss` model has none of: compile
+refuses them there instead of ignoring them.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import threading
 from typing import List, Sequence, Tuple
 
 import tensorflow as tf
@@ -41,6 +52,19 @@ from tnet.layers.embedding_features import EmbeddingFeatures
 from tnet.saving import keras_weights
 
 
+# The predictions of a compute_loss model's step, for its compiled metrics:
+# set by train_step / test_step while compute_loss runs (thread-local: Keras
+# traces a step on the calling thread).
+_STEP = threading.local()
+
+
+class _StepPredictions:
+    def __init__(self, model):
+        self.model = model
+        self.calls: list = []       # outputs of model(...) inside compute_loss
+        self.recorded: list = []    # record_predictions(y, y_pred, sw)
+
+
 class _TnetTraining:
     """train/test steps shared by tn.Model and its functional form."""
 
@@ -50,8 +74,19 @@ class _TnetTraining:
         if own is not None and not getattr(own, "_tnet_checked", False):
             cls.train_step = _checked_train_step(cls.__name__, own)
 
-    def compile(self, optimizer="rmsprop", *args, **kwargs):
-        super().compile(optimizer, *args, **kwargs)
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None,
+                loss_weights=None, *args, **kwargs):
+        if self._tfrs_style() and (loss is not None
+                                   or loss_weights is not None):
+            given = "loss" if loss is not None else "loss_weights"
+            raise ValueError(
+                f"{type(self).__name__}.compile({given}=...): this model "
+                "computes its loss in compute_loss, so a compiled loss or "
+                "loss weights would be ignored. Compute (and weight) the loss "
+                "in compute_loss, or drop compute_loss and compile with a "
+                "loss. compile(metrics=..., weighted_metrics=...) works.")
+        super().compile(optimizer, loss, metrics, loss_weights, *args,
+                        **kwargs)
         for layer in self.tnet_layers():
             layer.attach_model_optimizer(self.optimizer)
         if self._tfrs_style() and not hasattr(self, "_tnet_loss_trackers"):
@@ -218,6 +253,79 @@ class _TnetTraining:
             out(line)
 
     # ----------------------------------------------------------- training
+    def __call__(self, *args, **kwargs):
+        outputs = super().__call__(*args, **kwargs)
+        step = getattr(_STEP, "current", None)
+        if step is not None and step.model is self:
+            step.calls.append(outputs)
+        return outputs
+
+    def record_predictions(self, y_true, y_pred, sample_weight=None) -> None:
+        """For a `compute_loss` that does not call the model itself (e.g.
+        it computes logits through another method): the labels, the
+        predictions (what `call` returns) and the sample weights that the
+        compiled metrics should see this step. No-op outside a step."""
+        step = getattr(_STEP, "current", None)
+        if step is not None and step.model is self:
+            step.recorded.append((y_true, y_pred, sample_weight))
+
+    def compiled_metrics_wanted(self) -> bool:
+        """True when compile() was given metrics or weighted_metrics."""
+        container = getattr(self, "compiled_metrics", None)
+        return container is not None and bool(
+            tf.nest.flatten(container._user_metrics)
+            + tf.nest.flatten(container._user_weighted_metrics))
+
+    @contextlib.contextmanager
+    def _step_predictions(self):
+        previous = getattr(_STEP, "current", None)
+        _STEP.current = step = _StepPredictions(self)
+        try:
+            yield step
+        finally:
+            _STEP.current = previous
+
+    def _run_compute_loss(self, data, training: bool):
+        """compute_loss(data), with the predictions it made recorded."""
+        with self._step_predictions() as step:
+            try:
+                loss = self.compute_loss(data, training=training)
+            except ValueError as e:
+                if (isinstance(data, tuple) and len(data) == 3
+                        and "unpack" in str(e)):
+                    raise ValueError(
+                        f"{type(self).__name__}.compute_loss: with "
+                        "sample_weight or class_weight each element is "
+                        "(features, labels, sample_weight); unpack three "
+                        "values and pass the weights on (e.g. "
+                        "tfrs.tasks.Ranking(..., sample_weight=...)). "
+                        f"Original error: {e}") from e
+                raise
+        return loss, step
+
+    def _metric_inputs(self, data, step):
+        """(y_true, y_pred, sample_weight) for the compiled metrics of a
+        compute_loss model."""
+        if step.recorded:
+            return step.recorded[-1]
+        name = type(self).__name__
+        if not (isinstance(data, tuple) and len(data) in (2, 3)):
+            raise ValueError(
+                f"{name}: compile(metrics=...) needs the labels, but the "
+                f"dataset's elements are {type(data).__name__}s, not "
+                "(features, labels[, sample_weight]). Yield tuples, call "
+                "self.record_predictions(labels, predictions, sample_weight) "
+                "in compute_loss, or give the metrics to your tfrs task.")
+        if len(step.calls) != 1:
+            raise ValueError(
+                f"{name}: compile(metrics=...) measures what the model "
+                "returns, but compute_loss called the model "
+                f"{len(step.calls)} times (not once). Call "
+                "self.record_predictions(labels, predictions, sample_weight) "
+                "in compute_loss, or give the metrics to your tfrs task.")
+        _, y, sample_weight = tf_keras.utils.unpack_x_y_sample_weight(data)
+        return y, step.calls[0], sample_weight
+
     def _tfrs_style(self) -> bool:
         return type(self).compute_loss not in (
             tfrs.models.Model.compute_loss, tf_keras.Model.compute_loss)
@@ -230,17 +338,21 @@ class _TnetTraining:
 
     def train_step(self, data):
         _allow_mean_reduction(self)
+        tfrs_style = self._tfrs_style()
         with tf.GradientTape() as tape:
             with scopes.recording(tape) as recorder:
-                if self._tfrs_style():
-                    loss = self.compute_loss(data, training=True)
+                if tfrs_style:
+                    loss, predictions = self._run_compute_loss(data, True)
+                    regularization_loss = _sum_losses(self.losses)
+                    total_loss = loss + regularization_loss
                 else:
                     x, y, sample_weight = tf_keras.utils.unpack_x_y_sample_weight(data)
                     y_pred = self(x, training=True)
-                    loss = self.compiled_loss(y, y_pred, sample_weight)
-            regularization_loss = (tf.add_n([tf.reduce_sum(l) for l in self.losses])
-                                   if self.losses else tf.constant(0.0))
-            total_loss = loss + regularization_loss
+                    # As Keras' compute_loss: the compiled loss metric
+                    # ("loss") includes the regularization losses.
+                    total_loss = self.compiled_loss(
+                        y, y_pred, sample_weight,
+                        regularization_losses=self.losses)
         variables = self.trainable_variables
         embeddings = [lk.embeddings for lk in recorder.lookups]
         grads = tape.gradient(total_loss, list(variables) + embeddings)
@@ -253,11 +365,12 @@ class _TnetTraining:
         for lk, grad in zip(recorder.lookups, sparse):
             if grad is not None:
                 lk.push(grad, learning_rate, step)
-        if self._tfrs_style():
-            return self._tfrs_metrics(loss, regularization_loss)
+        if tfrs_style:
+            return self._tfrs_metrics(loss, regularization_loss, data,
+                                      predictions)
         return self.compute_metrics(x, y, y_pred, sample_weight)
 
-    def _tfrs_metrics(self, loss, regularization_loss):
+    def _tfrs_metrics(self, loss, regularization_loss, data, predictions):
         trackers = getattr(self, "_tnet_loss_trackers", None)
         if trackers is None:
             raise RuntimeError(f"{type(self).__name__}: compile() the model "
@@ -265,15 +378,17 @@ class _TnetTraining:
         for tracker, value in zip(trackers, (loss, regularization_loss,
                                              loss + regularization_loss)):
             tracker.update_state(value)
+        if self.compiled_metrics_wanted():
+            self.compiled_metrics.update_state(
+                *self._metric_inputs(data, predictions))
         return {m.name: m.result() for m in self.metrics}
 
     def test_step(self, data):
         _allow_mean_reduction(self)
         if self._tfrs_style():
-            loss = self.compute_loss(data, training=False)
-            regularization_loss = (tf.add_n([tf.reduce_sum(l) for l in self.losses])
-                                   if self.losses else tf.constant(0.0))
-            return self._tfrs_metrics(loss, regularization_loss)
+            loss, predictions = self._run_compute_loss(data, False)
+            return self._tfrs_metrics(loss, _sum_losses(self.losses), data,
+                                      predictions)
         x, y, sample_weight = tf_keras.utils.unpack_x_y_sample_weight(data)
         y_pred = self(x, training=False)
         self.compiled_loss(y, y_pred, sample_weight,
@@ -333,6 +448,11 @@ def _checked_train_step(class_name: str, train_step):
         return out
     checked._tnet_checked = True
     return checked
+
+
+def _sum_losses(losses):
+    return (tf.add_n([tf.reduce_sum(l) for l in losses]) if losses
+            else tf.constant(0.0))
 
 
 def _allow_mean_reduction(model: tf_keras.Model) -> None:

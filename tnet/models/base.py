@@ -91,6 +91,8 @@ class CTRModel(Model):
         features, labels, sample_weight = self._unpack(inputs)
         logits = self.logits(features, training)
         labels = tf.reshape(tf.cast(labels, tf.float32), [-1, 1])
+        if self.compiled_metrics_wanted():  # they see what call returns
+            self.record_predictions(labels, tf.sigmoid(logits), sample_weight)
         return self.task(labels=labels, predictions=logits,
                          sample_weight=sample_weight, training=training,
                          compute_metrics=self.train_metrics or not training)

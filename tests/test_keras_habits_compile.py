@@ -1,0 +1,286 @@
+"""Keras habits, the compile / feed / callbacks half: what a Keras user types
+from habit works on a tnet model as on the stock tf_keras model, or fails
+with one line naming what to do instead.
+
+Each tnet model here has a stock twin: the same layers with a stock
+`Embedding` whose rows start as the tnet table's rows start (a table row's
+initial value is drawn from its key), trained with SGD, whose in-table rule
+is the stock update. So fit, evaluate, predict, metrics, sample and class
+weights and learning-rate callbacks must give the stock model's numbers.
+"""
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_recommenders as tfrs
+import tf_keras
+
+import tnet as tn
+from tnet import feature_column as fc
+
+V = 40      # ids 0..V-1
+DIM = 4
+B = 16
+N = 128     # training examples
+LR = 0.2
+
+
+def _data(n, seed):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, V, n).astype(np.int64)
+    p = 1 / (1 + np.exp(-(ids % 7 - 3.0)))
+    y = (rng.random(n) < p).astype(np.float32)
+    w = rng.uniform(0.2, 2.0, n).astype(np.float32)
+    return ids, y, w
+
+
+@pytest.fixture(scope="module")
+def data():
+    train, val = _data(N, 0), _data(48, 1)
+    # Validation ids the training saw: an id a table never trained reads
+    # zeros in inference (nothing is inserted), a stock Embedding its
+    # initial row.
+    seen = np.unique(train[0])
+    return {"train": train, "val": (seen[val[0] % len(seen)], *val[1:])}
+
+
+@pytest.fixture(scope="module")
+def start():
+    """Initial table rows of ids 0..V-1 and a dense kernel both twins use."""
+    rows = tn.SparseTable("twin_rows", DIM).pull(np.arange(V, dtype=np.int64),
+                                                 training=True).numpy()
+    rng = np.random.default_rng(7)
+    return rows, rng.normal(0, 0.5, (DIM, 1)).astype(np.float32)
+
+
+def _column():
+    return fc.embedding_column(fc.category_column("user"), DIM)
+
+
+def _functional(start, tnet_model: bool, activation="sigmoid", l2=0.0):
+    rows, kernel = start
+    user = tf_keras.Input((), dtype=tf.int64, name="user")
+    if tnet_model:
+        emb = tn.layers.EmbeddingFeatures([_column()])({"user": user})
+    else:
+        emb = tf_keras.layers.Embedding(
+            V, DIM, embeddings_initializer=tf_keras.initializers.Constant(
+                rows))(user)
+    out = tf_keras.layers.Dense(
+        1, activation=activation,
+        kernel_initializer=tf_keras.initializers.Constant(kernel),
+        kernel_regularizer=tf_keras.regularizers.L2(l2) if l2 else None,
+        bias_initializer="zeros")(emb)
+    if tnet_model:
+        return tn.Model({"user": user}, out)
+    return tf_keras.Model({"user": user}, out)
+
+
+class Ranker(tn.Model):
+    """The README Quickstart's style: call returns logits, compute_loss a
+    tfrs Ranking task; sample weights, when the element has them, go to the
+    task."""
+
+    def __init__(self, start):
+        super().__init__()
+        rows, kernel = start
+        self.embed = tn.layers.EmbeddingFeatures([_column()])
+        self.dense = tf_keras.layers.Dense(
+            1, kernel_initializer=tf_keras.initializers.Constant(kernel),
+            bias_initializer="zeros")
+        self.task = tfrs.tasks.Ranking(
+            loss=tf_keras.losses.BinaryCrossentropy(from_logits=True))
+
+    def call(self, features, training=False):
+        return self.dense(self.embed(features, training=training))
+
+    def compute_loss(self, inputs, training=False):
+        features, labels, *weight = inputs
+        return self.task(labels=labels[:, None],
+                         predictions=self(features, training),
+                         sample_weight=weight[0] if weight else None)
+
+
+METRICS = lambda logits: [  # noqa: E731
+    tf_keras.metrics.AUC(name="auc", from_logits=logits),
+    tf_keras.metrics.BinaryAccuracy(
+        name="acc", threshold=0.0 if logits else 0.5)]
+
+
+def _close_histories(got, want, keys):
+    for key in keys:
+        assert key in got.history, f"{key} missing from {sorted(got.history)}"
+        np.testing.assert_allclose(got.history[key], want.history[key],
+                                   rtol=2e-4, atol=2e-5, err_msg=key)
+
+
+# ------------------------------------------------------------ compile / fit
+@pytest.fixture(scope="module")
+def functional_pair(data, start):
+    """Functional tnet model and its stock twin after the same fit with
+    metrics, weighted metrics, loss weights, class weights, validation data
+    and a kernel regularizer (whose loss Keras' "loss" includes)."""
+    histories = {}
+    models = {}
+    ids, y, _ = data["train"]
+    vids, vy, vw = data["val"]
+    for kind in ("tnet", "stock"):
+        model = _functional(start, kind == "tnet", l2=0.05)
+        opt = (tn.optimizer.SGD(LR) if kind == "tnet"
+               else tf_keras.optimizers.SGD(LR))
+        model.compile(opt, loss="binary_crossentropy",
+                      metrics=METRICS(False),
+                      weighted_metrics=[tf_keras.metrics.BinaryAccuracy(
+                          name="wacc")],
+                      loss_weights=[0.5])
+        histories[kind] = model.fit(
+            {"user": ids}, y, batch_size=B, epochs=2, shuffle=False,
+            class_weight={0: 1.0, 1: 3.0},
+            validation_data=({"user": vids}, vy, vw), verbose=0)
+        models[kind] = model
+    return models, histories
+
+
+def test_functional_fit_metrics_weights_validation_match_stock(functional_pair):
+    _, h = functional_pair
+    _close_histories(h["tnet"], h["stock"], [
+        "loss", "auc", "acc", "wacc", "val_loss", "val_auc", "val_acc",
+        "val_wacc"])
+    assert sorted(h["tnet"].history) == sorted(h["stock"].history)
+
+
+def test_functional_evaluate_and_predict_match_stock(functional_pair, data):
+    models, _ = functional_pair
+    vids, vy, vw = data["val"]
+    got = models["tnet"].evaluate({"user": vids}, vy, sample_weight=vw,
+                                  batch_size=B, return_dict=True, verbose=0)
+    want = models["stock"].evaluate({"user": vids}, vy, sample_weight=vw,
+                                    batch_size=B, return_dict=True, verbose=0)
+    assert sorted(got) == sorted(want)
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=2e-4, atol=2e-5)
+    want_p = models["stock"].predict({"user": vids}, batch_size=B, verbose=0)
+    dataset = tf.data.Dataset.from_tensor_slices({"user": vids}).batch(B)
+    for x in ({"user": vids}, dataset,
+              tf.data.Dataset.from_tensor_slices(({"user": vids}, vy)).batch(B)):
+        got_p = models["tnet"].predict(x, batch_size=None if isinstance(
+            x, tf.data.Dataset) else B, verbose=0)
+        np.testing.assert_allclose(got_p, want_p, rtol=1e-4, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def ranker_pair(data, start):
+    """The Quickstart-style Ranker compiled with metrics, and a stock model
+    with the same loss and metrics, after the same fit (sample weights,
+    validation data)."""
+    ids, y, w = data["train"]
+    vids, vy, vw = data["val"]
+    ranker = Ranker(start)
+    ranker.compile(tn.optimizer.SGD(LR), metrics=METRICS(True),
+                   weighted_metrics=[tf_keras.metrics.BinaryAccuracy(
+                       name="wacc", threshold=0.0)])
+    got = ranker.fit({"user": ids}, y[:, None], sample_weight=w,
+                     batch_size=B, epochs=2, shuffle=False,
+                     validation_data=({"user": vids}, vy[:, None], vw),
+                     verbose=0)
+    stock = _functional(start, False, activation=None)
+    stock.compile(tf_keras.optimizers.SGD(LR),
+                  loss=tf_keras.losses.BinaryCrossentropy(from_logits=True),
+                  metrics=METRICS(True),
+                  weighted_metrics=[tf_keras.metrics.BinaryAccuracy(
+                      name="wacc", threshold=0.0)])
+    want = stock.fit({"user": ids}, y[:, None], sample_weight=w,
+                     batch_size=B, epochs=2, shuffle=False,
+                     validation_data=({"user": vids}, vy[:, None], vw),
+                     verbose=0)
+    return ranker, stock, got, want
+
+
+def test_compute_loss_model_compiled_metrics_match_stock(ranker_pair):
+    """compile(metrics=["AUC"]) on the Quickstart's style of model used to
+    be ignored (history held only the losses)."""
+    _, _, got, want = ranker_pair
+    _close_histories(got, want, ["loss", "auc", "acc", "wacc", "val_loss",
+                                 "val_auc", "val_acc", "val_wacc"])
+
+
+def test_compute_loss_model_evaluate_return_dict(ranker_pair, data):
+    ranker, stock, _, _ = ranker_pair
+    vids, vy, _ = data["val"]
+    got = ranker.evaluate({"user": vids}, vy[:, None], batch_size=B,
+                          return_dict=True, verbose=0)
+    want = stock.evaluate({"user": vids}, vy[:, None], batch_size=B,
+                          return_dict=True, verbose=0)
+    for key in ("loss", "auc", "acc", "wacc"):
+        np.testing.assert_allclose(got[key], want[key], rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(
+        ranker.predict({"user": vids}, batch_size=B, verbose=0),
+        stock.predict({"user": vids}, batch_size=B, verbose=0),
+        rtol=1e-4, atol=1e-6)
+
+
+def test_compute_loss_model_class_weight_matches_stock(data, start):
+    ids, y, _ = data["train"]
+    ranker = Ranker(start)
+    ranker.compile(tn.optimizer.SGD(LR), metrics=METRICS(True))
+    got = ranker.fit({"user": ids}, y[:, None], class_weight={0: 1, 1: 4},
+                     batch_size=B, epochs=1, shuffle=False, verbose=0)
+    stock = _functional(start, False, activation=None)
+    stock.compile(tf_keras.optimizers.SGD(LR),
+                  loss=tf_keras.losses.BinaryCrossentropy(from_logits=True),
+                  metrics=METRICS(True))
+    want = stock.fit({"user": ids}, y[:, None], class_weight={0: 1, 1: 4},
+                     batch_size=B, epochs=1, shuffle=False, verbose=0)
+    _close_histories(got, want, ["loss", "auc", "acc"])
+
+
+def test_compute_loss_model_refuses_compiled_loss_and_loss_weights(start):
+    for kwargs in ({"loss": "binary_crossentropy"}, {"loss_weights": [2.0]}):
+        with pytest.raises(ValueError, match="computes its loss in "
+                           "compute_loss"):
+            Ranker(start).compile(tn.optimizer.SGD(LR), **kwargs)
+
+
+def test_compiled_metrics_without_labels_say_what_to_do(start):
+    class DictRanker(Ranker):
+        def compute_loss(self, inputs, training=False):
+            labels = inputs.pop("label")
+            return self.task(labels=labels[:, None],
+                             predictions=self(inputs, training))
+
+    model = DictRanker(start)
+    model.compile(tn.optimizer.SGD(LR), metrics=["AUC"])
+    ds = tf.data.Dataset.from_tensors({"user": np.arange(4),
+                                       "label": np.ones(4, np.float32)})
+    with pytest.raises(ValueError, match="record_predictions"):
+        model.fit(ds, verbose=0)
+
+
+def test_two_part_compute_loss_given_sample_weights_is_told_why(start):
+    class TwoPart(Ranker):
+        def compute_loss(self, inputs, training=False):
+            features, labels = inputs
+            return self.task(labels=labels[:, None],
+                             predictions=self(features, training))
+
+    model = TwoPart(start)
+    model.compile(tn.optimizer.SGD(LR))
+    with pytest.raises(ValueError, match="unpack three values"):
+        model.fit({"user": np.arange(4)}, np.ones((4, 1), np.float32),
+                  sample_weight=np.ones(4, np.float32), verbose=0)
+
+
+def test_tn_models_take_compiled_metrics():
+    """tnet's own models (compute_loss through their logits) feed compiled
+    metrics what `call` returns, the click probability."""
+    model = tn.models.WideDeep(["user"], embedding_dim=4)
+    model.compile(tn.optimizer.Adagrad(0.05),
+                  metrics=[tf_keras.metrics.MeanSquaredError(name="mse")])
+    ids, y, _ = _data(64, 3)
+    ds = tf.data.Dataset.from_tensor_slices(({"user": ids}, y)).batch(B)
+    got = model.evaluate(ds, return_dict=True, verbose=0)
+    p = model.predict(ds, verbose=0).reshape(-1)
+    np.testing.assert_allclose(got["mse"], np.mean((p - y) ** 2), rtol=1e-4)
