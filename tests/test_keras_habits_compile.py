@@ -284,3 +284,89 @@ def test_tn_models_take_compiled_metrics():
     got = model.evaluate(ds, return_dict=True, verbose=0)
     p = model.predict(ds, verbose=0).reshape(-1)
     np.testing.assert_allclose(got["mse"], np.mean((p - y) ** 2), rtol=1e-4)
+
+
+# ---------------------------------------------------------------- callbacks
+class _Bias(tf_keras.layers.Layer):
+    """x + b: a dense variable, so the optimizer's step advances."""
+
+    def build(self, input_shape):
+        self.b = self.add_weight(name="b", shape=(1,), initializer="zeros")
+
+    def call(self, x):
+        return x + self.b
+
+
+def _sum_model():
+    """Loss = sum of the row of id 7 (+ b): every push's gradient is exactly
+    1, so SGD moves the row by -lr per step, one step per epoch."""
+    col = fc.embedding_column(fc.category_column("a"), DIM,
+                              initializer="zeros")
+    inputs = {"a": tf_keras.Input((), dtype=tf.int64, name="a")}
+    emb = tn.layers.EmbeddingFeatures([col])
+    summed = tf_keras.layers.Lambda(
+        lambda e: tf.reduce_sum(e, axis=1, keepdims=True))(emb(inputs))
+    model = tn.Model(inputs, _Bias()(summed))
+    model.compile(tn.optimizer.SGD(0.5), loss=lambda y, p: tf.reduce_sum(p))
+    rows = []
+    record = tf_keras.callbacks.LambdaCallback(
+        on_epoch_end=lambda epoch, logs: rows.append(
+            emb.tables["a"].pull(np.array([7])).numpy()[0, 0]))
+    return model, rows, record
+
+
+def _fit_sum_model(model, callbacks, epochs=3):
+    return model.fit({"a": np.array([7])}, np.zeros(1, np.float32),
+                     batch_size=1, epochs=epochs, verbose=0,
+                     callbacks=callbacks)
+
+
+def test_learning_rate_scheduler_reaches_the_tables():
+    model, rows, record = _sum_model()
+    rates = [0.5, 0.05, 0.2]
+    history = _fit_sum_model(model, [
+        tf_keras.callbacks.LearningRateScheduler(lambda epoch: rates[epoch]),
+        record])
+    np.testing.assert_allclose(rows, -np.cumsum(rates), rtol=1e-6)
+    np.testing.assert_allclose(history.history["lr"], rates, rtol=1e-6)
+
+
+def test_reduce_lr_on_plateau_reaches_the_tables():
+    model, rows, record = _sum_model()
+    # mode="max" on a falling loss: no improvement after the first epoch,
+    # so the rate is cut by 10 after epochs 2 and 3.
+    history = _fit_sum_model(model, [
+        tf_keras.callbacks.ReduceLROnPlateau(monitor="loss", mode="max",
+                                             factor=0.1, patience=0),
+        record], epochs=4)
+    rates = np.array(history.history["lr"])
+    np.testing.assert_allclose(rates, [0.5, 0.5, 0.05, 0.005], rtol=1e-6)
+    np.testing.assert_allclose(rows, -np.cumsum(rates), rtol=1e-6)
+
+
+def test_tensorboard_histograms_and_csv_logger(tmp_path, data, start):
+    ids, y, _ = data["train"]
+    vids, vy, _ = data["val"]
+    model = _functional(start, True)
+    model.compile(tn.optimizer.SGD(LR), loss="binary_crossentropy",
+                  metrics=["AUC"])
+    history = model.fit(
+        {"user": ids}, y, batch_size=B, epochs=2, verbose=0,
+        validation_data=({"user": vids}, vy),
+        callbacks=[tf_keras.callbacks.TensorBoard(str(tmp_path / "tb"),
+                                                  histogram_freq=1),
+                   tf_keras.callbacks.CSVLogger(str(tmp_path / "log.csv"))])
+    with open(tmp_path / "log.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2
+    for key in ("loss", "auc", "val_loss", "val_auc"):
+        np.testing.assert_allclose([float(r[key]) for r in rows],
+                                   history.history[key], rtol=1e-6)
+    tags = set()
+    for path in (tmp_path / "tb" / "train").iterdir():
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            tags.update(v.tag for v in event.summary.value)
+    assert {"epoch_loss", "epoch_auc"} <= tags
+    # Histograms of the dense variables (the tables are not Keras weights).
+    assert any(t.startswith("dense") and t.endswith("histogram")
+               for t in tags), sorted(tags)
