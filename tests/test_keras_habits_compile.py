@@ -370,3 +370,93 @@ def test_tensorboard_histograms_and_csv_logger(tmp_path, data, start):
     # Histograms of the dense variables (the tables are not Keras weights).
     assert any(t.startswith("dense") and t.endswith("histogram")
                for t in tags), sorted(tags)
+
+
+# -------------------------------------------------------------------- inputs
+def _id_model(padding=None, dtype=tf.int64, combiner="sum"):
+    """Functional: ids [B, L] -> the sum of their rows, one table."""
+    col = fc.embedding_column(
+        fc.category_column("ids", dtype, padding=padding), DIM,
+        combiner=combiner)
+    inputs = {"ids": tf_keras.Input((None,), dtype=dtype, name="ids")}
+    emb = tn.layers.EmbeddingFeatures([col])
+    model = tn.Model(inputs, emb(inputs))
+    model.compile(tn.optimizer.SGD(LR), loss="mse")
+    return model, emb
+
+
+def test_float_ids_are_refused_naming_the_feature():
+    """Keras would cast 2.7 fed to Input(dtype=int64) to id 2, silently."""
+    model, _ = _id_model()
+    for feed in (model.predict, lambda x, verbose: model.fit(
+            x, np.zeros((2, DIM), np.float32), verbose=verbose)):
+        with pytest.raises(TypeError, match="feature 'ids': ids must be "
+                           "integers or strings, got float"):
+            feed({"ids": np.array([[2.7], [3.0]])}, verbose=0)
+
+
+def test_string_ids_in_an_int_column_name_the_feature_and_the_fix():
+    model, _ = _id_model()
+    with pytest.raises(TypeError, match=r"feature 'ids': got string ids but "
+                       r"the column is int64.*dtype=tf.string"):
+        model.predict({"ids": np.array([["a"], ["b"]])}, verbose=0)
+    layer = tn.layers.EmbeddingFeatures([_column()])  # a subclass's layer
+    with pytest.raises(TypeError, match="feature 'user'.*dtype=tf.string"):
+        layer({"user": tf.constant(["a", "b"])})
+    with pytest.raises(TypeError, match="feature 'user'.*got float"):
+        layer({"user": tf.constant([1.5, 2.0])})
+
+
+def test_padding_is_a_column_property_shown_in_its_repr():
+    assert "padding=-1" in repr(fc.category_column("u"))
+    assert "padding=''" in repr(fc.category_column("s", tf.string))
+    assert "padding=0" in repr(fc.sequence_category_column("h", padding=0))
+    assert fc.category_column("u", padding=0).padding == 0
+    with pytest.raises(ValueError, match="padding of an int column"):
+        fc.category_column("u", padding="x")
+
+
+@pytest.mark.parametrize("dtype", [tf.int64, tf.string])
+def test_default_padding_is_minus_one_or_empty_and_nothing_else(dtype):
+    model, emb = _id_model(dtype=dtype)
+    pad, other = (-1, -5) if dtype == tf.int64 else ("", "-5")
+    ids = np.array([[pad, pad], [other, pad]], object if dtype == tf.string
+                   else np.int64)
+    model.fit({"ids": ids}, np.ones((2, DIM), np.float32), verbose=0)
+    out = model.predict({"ids": ids}, verbose=0)
+    np.testing.assert_array_equal(out[0], np.zeros(DIM))  # all padding
+    assert np.abs(out[1]).sum() > 0                        # -5: an id
+    assert int(emb.tables["ids"].size()) == 1
+
+
+def test_custom_padding_in_every_input_form_and_the_export(tmp_path):
+    """padding=0: 0 is no id, -1 an ordinary one, in dense, ragged and
+    sparse ids alike, and in the export's padded serving input."""
+    model, emb = _id_model(padding=0)
+    dense = np.array([[3, 0, 0], [0, 0, 0], [-1, 3, 0], [5, -1, 0]])
+    model.fit({"ids": dense}, np.ones((4, DIM), np.float32), epochs=2,
+              verbose=0)
+    assert int(emb.tables["ids"].size()) == 3  # 3, -1, 5
+    got = model.predict({"ids": dense}, verbose=0)
+    row = {i: model.predict({"ids": np.array([[i]])}, verbose=0)[0]
+           for i in (3, -1, 5)}
+    np.testing.assert_allclose(got, [row[3], np.zeros(DIM), row[-1] + row[3],
+                                     row[5] + row[-1]], rtol=1e-6)
+    assert not np.allclose(row[-1], 0)
+    ragged = tf.ragged.constant([[3, 0], [0], [-1, 3], [5, -1]], tf.int64)
+    sparse = ragged.to_sparse()
+    for ids in (ragged, sparse):
+        layer_out = emb({"ids": ids})
+        np.testing.assert_allclose(layer_out, got, rtol=1e-6)
+
+    # A model trained on ragged ids is served padded with the column's 0.
+    inputs = {"ids": tf_keras.Input((None,), dtype=tf.int64, name="ids",
+                                    ragged=True)}
+    served = tn.Model(inputs, emb(inputs))
+    served.compile(tn.optimizer.SGD(LR), loss="mse")
+    served.predict({"ids": ragged}, verbose=0)
+    export = tn.saving.export_for_serving(served, str(tmp_path / "1"))
+    sig = tf.saved_model.load(export).signatures["serving_default"]
+    padded = np.array([[3, 0, 0], [0, 0, 0], [-1, 3, 0], [5, 0, -1]])
+    out = sig(ids=tf.constant(padded))
+    np.testing.assert_allclose(next(iter(out.values())), got, rtol=1e-6)

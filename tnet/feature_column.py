@@ -8,9 +8,19 @@
 
 Ids are unbounded: int64 ids are table keys as they are, string ids are
 fingerprinted to 63-bit keys (FarmHash, `tf.strings.to_hash_bucket_fast`).
-There are no hash buckets, so distinct int ids never collide. Padding is -1
-for int ids and "" for strings; dense `[B]`, dense `[B, L]`, ragged and
-sparse inputs are accepted.
+There are no hash buckets, so distinct int ids never collide. Dense `[B]`,
+dense `[B, L]`, ragged and sparse inputs are accepted.
+
+Padding: one id value per column means "no id here" (never looked up,
+never combined, never trained): `category_column(..., padding=)`, by
+default -1 for int ids and "" for strings, shown in the column's repr.
+Every other value is an ordinary id (-5 too). A column given another
+padding (say 0, as Keras' `mask_zero`) treats that value as padding and
+-1 (or "") as an ordinary id.
+
+Ids must come as integers or strings: float ids are refused, never
+truncated (2.7 is not id 2), and string ids fed to an int column name the
+column and the fix.
 
 Columns whose `embedding_column(..., table=name)` share a name share one
 table; each column's keys are then XOR-ed with a per-column 64-bit salt so
@@ -22,6 +32,7 @@ import dataclasses
 import hashlib
 from typing import Any, Optional
 
+import numpy as np
 import tensorflow as tf
 
 PADDING_INT = -1
@@ -32,10 +43,16 @@ _STRING_KEY_BUCKETS = 2**63 - 1
 
 @dataclasses.dataclass(frozen=True)
 class CategoryColumn:
-    """Unbounded categorical ids read from `features[key]`."""
+    """Unbounded categorical ids read from `features[key]`; `padding` is the
+    id value that means "no id" (default -1, or "" for strings)."""
 
     key: str
     dtype: tf.DType = tf.int64
+    padding: Any = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "padding",
+                           _check_padding(self.key, self.dtype, self.padding))
 
     @property
     def name(self) -> str:
@@ -112,20 +129,74 @@ def _check_dtype(key: str, dtype: Any) -> tf.DType:
     return tf.int64 if dtype == tf.int32 else dtype
 
 
-def category_column(key: str, dtype: Any = tf.int64) -> CategoryColumn:
-    """Ids of feature `key` (int64/int32, or tf.string to fingerprint)."""
+def _check_padding(key: str, dtype: tf.DType, padding: Any):
+    """The column's padding value: the default for its dtype when None."""
+    if dtype == tf.string:
+        if padding is None:
+            return PADDING_STRING
+        if isinstance(padding, bytes):
+            padding = padding.decode()
+        if not isinstance(padding, str):
+            raise ValueError(f"category_column {key!r}: padding of a string "
+                             f"column must be a string, got {padding!r}")
+        return padding
+    if padding is None:
+        return PADDING_INT
+    if isinstance(padding, bool) or not isinstance(padding, (int, np.integer)):
+        raise ValueError(f"category_column {key!r}: padding of an int column "
+                         f"must be an int, got {padding!r}")
+    return int(padding)
+
+
+def category_column(key: str, dtype: Any = tf.int64,
+                    padding: Any = None) -> CategoryColumn:
+    """Ids of feature `key` (int64/int32, or tf.string to fingerprint).
+    `padding`: the value meaning "no id" (default -1, or "" for strings)."""
     _check_key(key, "category_column")
-    return CategoryColumn(key, _check_dtype(key, dtype))
+    dtype = _check_dtype(key, dtype)
+    return CategoryColumn(key, dtype, _check_padding(key, dtype, padding))
 
 
 def sequence_category_column(key: str, dtype: Any = tf.int64,
-                             max_length: int = 50) -> SequenceCategoryColumn:
-    """A sequence of ids per example; the last `max_length` are kept."""
+                             max_length: int = 50,
+                             padding: Any = None) -> SequenceCategoryColumn:
+    """A sequence of ids per example; the last `max_length` are kept.
+    `padding` as for category_column."""
     _check_key(key, "sequence_category_column")
     if not isinstance(max_length, int) or max_length < 1:
         raise ValueError(f"sequence_category_column {key!r}: max_length must "
                          f"be a positive int, got {max_length!r}")
-    return SequenceCategoryColumn(key, _check_dtype(key, dtype), max_length)
+    dtype = _check_dtype(key, dtype)
+    return SequenceCategoryColumn(key, dtype, _check_padding(key, dtype,
+                                                             padding),
+                                  max_length=max_length)
+
+
+def with_default_padding(column: CategoryColumn, ids: Any):
+    """A column's ids as the lookups take them: its padding as -1 / "".
+
+    Unchanged (no op) for a column with the default padding. Otherwise the
+    column's padding and the default value swap places (two compares and
+    two selects): the padding becomes -1 / "", and an id equal to -1 / ""
+    becomes the padding value, a key no other id of the column has, so
+    every id keeps a key of its own."""
+    default = PADDING_STRING if column.dtype == tf.string else PADDING_INT
+    if column.padding == default:
+        return ids
+    if isinstance(ids, tf.SparseTensor):
+        return ids.with_values(_swap_padding(column, ids.values))
+    if isinstance(ids, tf.RaggedTensor):
+        return ids.with_flat_values(_swap_padding(column, ids.flat_values))
+    return _swap_padding(column, tf.convert_to_tensor(ids))
+
+
+def _swap_padding(column: CategoryColumn, values):
+    values = check_id_dtype(column, values)
+    default = PADDING_STRING if column.dtype == tf.string else PADDING_INT
+    pad = tf.constant(column.padding, values.dtype)
+    default = tf.constant(default, values.dtype)
+    return tf.where(tf.equal(values, pad), default,
+                    tf.where(tf.equal(values, default), pad, values))
 
 
 def embedding_column(categorical_column: CategoryColumn, dimension: int,
@@ -318,15 +389,10 @@ def _flatten_ids(column: CategoryColumn, ids: Any, ordered: bool = False):
 
 def check_id_dtype(column: CategoryColumn, values):
     if values.dtype.is_floating or values.dtype == tf.bool:
-        raise TypeError(
-            f"feature {column.name!r}: ids must be integers or strings, got "
-            f"{values.dtype.name}. Cast integer-valued floats with tf.cast, "
-            "or bucketize real values first.")
+        raise TypeError(float_ids_message(column.name, values.dtype))
     if values.dtype == tf.string:
         if column.dtype != tf.string:
-            raise TypeError(
-                f"feature {column.name!r}: got string ids but the column was "
-                "declared int64; use category_column(..., dtype=tf.string)")
+            raise TypeError(string_ids_message(column.name))
         return values
     if not values.dtype.is_integer:
         raise TypeError(f"feature {column.name!r}: unsupported id dtype "
@@ -336,6 +402,21 @@ def check_id_dtype(column: CategoryColumn, values):
             f"feature {column.name!r}: got {values.dtype.name} ids but the "
             "column was declared tf.string; declare it int64 (the default)")
     return tf.cast(values, tf.int64)
+
+
+def float_ids_message(feature: str, dtype: tf.DType) -> str:
+    return (f"feature {feature!r}: ids must be integers or strings, got "
+            f"{dtype.name}; tnet never truncates floats to ids (2.7 is not "
+            "id 2). Feed int64 ids (np.asarray(ids, np.int64), or tf.cast "
+            "in the input pipeline after checking they are whole), or "
+            "bucketize real values first.")
+
+
+def string_ids_message(feature: str) -> str:
+    return (f"feature {feature!r}: got string ids but the column is int64. "
+            "Declare it category_column(..., dtype=tf.string) (and "
+            "Input(dtype=tf.string)), or convert the ids to integers in "
+            "the input pipeline (tf.strings.to_number(ids, tf.int64)).")
 
 
 def _to_keys(column: CategoryColumn, values, salted: bool):

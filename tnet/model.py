@@ -47,6 +47,7 @@ from tf_keras.src.engine import functional as keras_functional
 from tf_keras.src.engine import training as keras_training
 from tf_keras.src.utils import io_utils
 
+from tnet import feature_column as fc
 from tnet import scopes
 from tnet.layers.embedding_features import EmbeddingFeatures
 from tnet.saving import keras_weights
@@ -272,7 +273,8 @@ class _TnetTraining:
     def compiled_metrics_wanted(self) -> bool:
         """True when compile() was given metrics or weighted_metrics."""
         container = getattr(self, "compiled_metrics", None)
-        return container is not None and bool(
+        return container is not None and any(
+            m is not None for m in
             tf.nest.flatten(container._user_metrics)
             + tf.nest.flatten(container._user_weighted_metrics))
 
@@ -425,7 +427,42 @@ class Model(_TnetTraining, tfrs.models.Model):
 
 class FunctionalModel(_TnetTraining, keras_functional.Functional):
     """What tn.Model(inputs, outputs) returns: a Keras functional model with
-    tn.Model's training step."""
+    tn.Model's training step.
+
+    Keras casts what is fed to an `Input` to the Input's dtype, so floats
+    fed to an `Input(dtype=tf.int64)` would become truncated ids (2.7 ->
+    2) and strings a raw cast error. For the Inputs that feed tnet id
+    columns, both are refused with one line naming the feature (a check of
+    dtypes while tracing: nothing runs per step)."""
+
+    def _conform_to_reference_input(self, tensor, ref_input):
+        want = getattr(ref_input, "dtype", None)
+        got = getattr(tensor, "dtype", None)
+        if (want is not None and got is not None and got != want
+                and tf.as_dtype(want).is_integer):
+            name = self._id_input_name(ref_input)
+            if name is not None:
+                got = tf.as_dtype(got)
+                if got == tf.string:
+                    raise TypeError(fc.string_ids_message(name))
+                if got.is_floating or got == tf.bool:
+                    raise TypeError(fc.float_ids_message(name, got))
+        return super()._conform_to_reference_input(tensor, ref_input)
+
+    def _id_input_name(self, ref_input):
+        """The feature name of an Input that feeds a tnet id column, or
+        None."""
+        keys = {c.categorical_column.key for layer in self.tnet_layers()
+                for c in layer.columns}
+        nested = self._nested_inputs
+        if isinstance(nested, dict):
+            for key, value in nested.items():
+                if value is ref_input:
+                    return key if key in keys else None
+        name = getattr(getattr(ref_input, "_keras_history", None), "layer",
+                       None)
+        name = getattr(name, "name", None)
+        return name if name in keys else None
 
 
 def _checked_train_step(class_name: str, train_step):

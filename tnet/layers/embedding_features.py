@@ -371,7 +371,13 @@ def _feature(layer, features, col):
             f"layer {layer.name!r}: feature {cat.key!r} (column "
             f"{cat.name!r}) is missing from the input; got "
             f"{sorted(features)}")
-    return features[cat.key]
+    ids = features[cat.key]
+    if cat.padding in (fc.PADDING_INT, fc.PADDING_STRING):
+        return ids  # the lookups' own padding (checked against dtype later)
+    # Another padding: swapped to -1 / "" once per traced step (the wide
+    # and deep layers of a model share it, as they share the keys).
+    return lookup.traced_once(("padding", ids, cat.key, cat.padding),
+                              lambda: fc.with_default_padding(cat, ids))
 
 
 def _dense_ids(cat: fc.CategoryColumn, ids) -> tf.Tensor:

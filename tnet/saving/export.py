@@ -43,7 +43,8 @@ trace to stock ops while the serving override is active
 Serving inputs: by default what Keras' `model.save` would infer, the
 inputs of the model's first call or fit (`_get_save_spec`). Features the
 model read as `tf.SparseTensor` / `tf.RaggedTensor` are served as dense
-`[None, None]` tensors padded with -1 (or "") and turned back into the
+`[None, None]` tensors padded with their column's padding (-1 or "" unless
+`category_column(padding=)` says otherwise) and turned back into the
 sparse / ragged form inside the graph, because a signature input that TF
 Serving can feed is a plain tensor.
 

@@ -23,7 +23,9 @@ def input_signature(model, signature) -> "Signature":
             raise TypeError(
                 f"input_signature[{name!r}] must be a tf.TensorSpec, got "
                 f"{spec!r}; sparse and ragged ids are served as a dense "
-                f"[None, None] tensor padded with -1 (or \"\" for strings)")
+                "[None, None] tensor padded with the column's padding (-1, "
+                "or \"\" for strings, unless category_column(padding=) "
+                "says otherwise)")
         specs[name] = spec
     return Signature(specs, {}, None)
 
@@ -33,9 +35,9 @@ class Signature:
 
     specs: {name: TensorSpec} of the signature. A feature the model read
     as a `tf.SparseTensor` or `tf.RaggedTensor` is served as a dense
-    `[None, None]` tensor padded with -1 / "" (what a TF Serving client can
-    send: a signature input is a plain tensor) and rebuilt in the graph
-    with stock ops (`converters`). structure: None (the model takes the
+    `[None, None]` tensor padded with the column's padding (default -1 /
+    ""; what a TF Serving client can send: a signature input is a plain
+    tensor) and rebuilt in the graph with stock ops (`converters`). structure: None (the model takes the
     dict) or the list of names a functional model takes positionally.
     """
 
@@ -87,7 +89,8 @@ def _inferred_signature(model) -> Signature:
                     "Pass input_signature to choose the serving input.")
             specs[name] = tf.TensorSpec([None, None], s.dtype)
             converters[name] = _PaddedTo(
-                "sparse" if isinstance(s, tf.SparseTensorSpec) else "ragged")
+                "sparse" if isinstance(s, tf.SparseTensorSpec) else "ragged",
+                _paddings(model).get(name))
         elif isinstance(s, tf.TensorSpec):
             specs[name] = s
         else:
@@ -97,15 +100,29 @@ def _inferred_signature(model) -> Signature:
     return Signature(specs, converters, structure)
 
 
-class _PaddedTo:
-    """Padded dense ids [B, L] (-1 / "") -> the SparseTensor or
-    RaggedTensor the model was trained on, with stock ops only."""
+def _paddings(model) -> dict:
+    """{feature: padding value} of the id columns of the model's tnet
+    layers."""
+    layers = getattr(model, "tnet_layers", None)
+    return {c.categorical_column.key: c.categorical_column.padding
+            for layer in (layers() if layers else [])
+            for c in layer.columns}
 
-    def __init__(self, kind: str):
+
+class _PaddedTo:
+    """Padded dense ids [B, L] -> the SparseTensor or RaggedTensor the model
+    was trained on, with stock ops only. The padding is the column's
+    (`category_column(padding=)`, default -1 / "")."""
+
+    def __init__(self, kind: str, padding=None):
         self.kind = kind
+        self.padding = padding
 
     def __call__(self, ids):
-        pad = "" if ids.dtype == tf.string else tf.constant(-1, ids.dtype)
+        pad = self.padding
+        if pad is None:
+            pad = "" if ids.dtype == tf.string else -1
+        pad = tf.constant(pad, ids.dtype)
         ragged = tf.ragged.boolean_mask(ids, tf.not_equal(ids, pad))
         # Sparse: values left-aligned per row, as tf.Example VarLen parsing
         # gives them.
