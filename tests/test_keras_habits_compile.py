@@ -459,4 +459,74 @@ def test_custom_padding_in_every_input_form_and_the_export(tmp_path):
     sig = tf.saved_model.load(export).signatures["serving_default"]
     padded = np.array([[3, 0, 0], [0, 0, 0], [-1, 3, 0], [5, 0, -1]])
     out = sig(ids=tf.constant(padded))
-    np.testing.assert_allclose(next(iter(out.values())), got, rtol=1e-6)
+    np.testing.assert_allclose(out["prediction"], got, rtol=1e-6)
+
+
+# ---------------------------------------------------------- serving contract
+def _export_outputs(model, path, **kwargs):
+    """(info, {output name: values}) of an export served ids 0..7."""
+    import json  # noqa: PLC0415
+    export = tn.saving.export_for_serving(model, str(path), **kwargs)
+    with open(f"{export}/export_info.json") as f:
+        info = json.load(f)
+    sig = tf.saved_model.load(export).signatures["serving_default"]
+    out = sig(user=tf.constant(np.arange(8, dtype=np.int64)))
+    assert sorted(out) == info["outputs"]
+    return info, {k: v.numpy().reshape(-1) for k, v in out.items()}
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def test_serving_outputs_are_named_by_what_they_hold(tmp_path, ranker_pair,
+                                                     data, start):
+    ids = np.arange(8, dtype=np.int64)
+    # The Quickstart's model: call returns logits (a from_logits task).
+    ranker = ranker_pair[0]
+    info, out = _export_outputs(ranker, tmp_path / "ranker")
+    logits = ranker.predict({"user": ids}, verbose=0).reshape(-1)
+    assert info["prediction_holds"] == "logits"
+    assert info["outputs"] == ["logits", "prediction", "probabilities"]
+    np.testing.assert_allclose(out["prediction"], logits, rtol=1e-5)
+    np.testing.assert_allclose(out["logits"], logits, rtol=1e-5)
+    np.testing.assert_allclose(out["probabilities"], _sigmoid(logits),
+                               rtol=1e-5)
+
+    # A functional model with a sigmoid output and binary_crossentropy.
+    functional = _functional(start, True)
+    functional.compile(tn.optimizer.SGD(LR), loss="binary_crossentropy")
+    functional.fit({"user": data["train"][0]}, data["train"][1], verbose=0)
+    info, out = _export_outputs(functional, tmp_path / "functional")
+    probs = functional.predict({"user": ids}, verbose=0).reshape(-1)
+    assert info["prediction_holds"] == "probabilities"
+    assert info["outputs"] == ["prediction", "probabilities"]
+    np.testing.assert_allclose(out["probabilities"], probs, rtol=1e-5)
+
+    # tnet's own models return the click probability.
+    wide_deep = tn.models.WideDeep(["user"], embedding_dim=4)
+    wide_deep.compile(tn.optimizer.Adagrad(0.05))
+    wide_deep.fit(tf.data.Dataset.from_tensor_slices(
+        ({"user": data["train"][0]}, data["train"][1])).batch(B), verbose=0)
+    info, out = _export_outputs(wide_deep, tmp_path / "wide_deep")
+    assert info["prediction_holds"] == "probabilities"
+    np.testing.assert_allclose(
+        out["probabilities"],
+        wide_deep.predict({"user": ids}, verbose=0).reshape(-1), rtol=1e-5)
+
+
+def test_unknown_outputs_are_said_and_can_be_named(tmp_path, start, caplog):
+    model = _functional(start, True, activation=None)
+    model.compile(tn.optimizer.SGD(LR), loss=lambda y, p: tf.reduce_mean(p))
+    model.fit({"user": np.arange(8)}, np.zeros(8, np.float32), verbose=0)
+    with caplog.at_level("WARNING", logger="tnet"):
+        info, out = _export_outputs(model, tmp_path / "a")
+    assert info["prediction_holds"] == "unknown"
+    assert sorted(out) == ["prediction"]
+    assert "prediction='logits'" in caplog.text
+    info, out = _export_outputs(model, tmp_path / "b", prediction="logits")
+    assert info["prediction_holds"] == "logits"
+    assert sorted(out) == ["logits", "prediction"]  # not known to be binary
+    with pytest.raises(ValueError, match="must be one of"):
+        tn.saving.export_for_serving(model, str(tmp_path / "c"),
+                                     prediction="probs")

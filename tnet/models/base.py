@@ -38,6 +38,9 @@ class CTRModel(Model):
         is what benchmarks against metric-less stock models use.
     """
 
+    # What `call` returns, hence what an export's "prediction" holds.
+    prediction_kind = "probabilities"
+
     def __init__(self, categorical: Sequence[str], dense: Sequence[str] = (),
                  embedding_dim: int = 8, string_ids: bool = False,
                  shared_table: Optional[str] = "embedding",

@@ -76,6 +76,7 @@ import numpy as np
 import tensorflow as tf
 
 from tnet import scopes
+from tnet.saving import outputs as outputs_lib
 from tnet.saving.files import _is_disk_full, publish_dir
 from tnet.saving.op_check import (ops_of, raise_if_tnet_ops,  # noqa: F401
                                   stock_op_types, strip_cluster_devices,
@@ -102,7 +103,8 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
                        k: int = 100, updatable: bool = False,
                        update_key: Optional[str] = None,
                        update_key_file: Optional[str] = None,
-                       rotate_update_key: bool = False) -> str:
+                       rotate_update_key: bool = False,
+                       prediction: Optional[str] = None) -> str:
     """Writes `model` as a SavedModel that stock TensorFlow serves.
 
     Args:
@@ -143,11 +145,19 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
       rotate_update_key: generate a new key for this export (the previous
         one stays second in the key file for replicas still on an older
         base).
+      prediction: what the model's output holds, "logits",
+        "probabilities" or "values", when tnet cannot tell from the model's
+        loss (see `tnet.saving.outputs`).
 
     Returns the export directory. The SavedModel's "serving_default"
     signature takes the features by name and returns {"prediction": model
-    output} (a retrieval export: {"ids": [B, k] int64, "scores": [B, k]}). `export_info.json` beside `saved_model.pb` lists the tables
-    (rows, dims, bytes) and the quantize mode.
+    output}, plus the same output named by what it holds ("logits" or
+    "probabilities"; a binary model's logits also as "probabilities");
+    see `tnet.saving.outputs` and docs/guides/serving-contract.md. A
+    retrieval export returns {"ids": [B, k] int64, "scores": [B, k]}.
+    `export_info.json` beside `saved_model.pb` lists the outputs, what
+    "prediction" holds (`prediction_holds`), the tables (rows, dims,
+    bytes) and the quantize mode.
     """
     if quantize not in QUANTIZE_MODES:
         raise ValueError(f"quantize must be one of {QUANTIZE_MODES}, got "
@@ -196,7 +206,7 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
         with publish_dir(export_dir) as tmp:
             _check_free_space(model, parent, export_dir, quantize)
             info = _write(model, tmp, quantize, signature, retrieval,
-                          key_record)
+                          key_record, prediction)
             with open(os.path.join(tmp, INFO_FILE), "w") as f:
                 json.dump(info, f, indent=2, sort_keys=True)
     except BaseException as e:
@@ -288,9 +298,13 @@ def _check_free_space(model, parent: str, export_dir: str,
 
 def _write(model, path: str, quantize: Optional[str],
            signature: "Signature", retrieval=None,
-           key_record: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+           key_record: Optional[Dict[str, str]] = None,
+           prediction: Optional[str] = None) -> Dict[str, Any]:
     updatable = key_record is not None
     tables = _model_tables(model)
+    kind, binary = outputs_lib.prediction_kind(model, prediction)
+    if kind == outputs_lib.UNKNOWN and retrieval is None:
+        outputs_lib.log_unknown(model)
     if retrieval is not None:
         # The candidate side is precomputed: only the query's tables serve.
         tables = retrieval.query_tables(tables)
@@ -314,9 +328,8 @@ def _write(model, path: str, quantize: Optional[str],
         overrides = {tables[n]: serving[n].lookup for n in serving}
 
         def serve(features):
-            prediction = model(signature.model_inputs(features),
-                               training=False)
-            return {OUTPUT_KEY: tf.identity(prediction, name=OUTPUT_KEY)}
+            output = model(signature.model_inputs(features), training=False)
+            return outputs_lib.serving_outputs(output, kind, binary)
 
         if retrieval is not None:
             module.retrieval = retrieval.build_index()
@@ -372,8 +385,8 @@ def _write(model, path: str, quantize: Optional[str],
         "inputs": {n: {"dtype": s.dtype.name, "shape": s.shape.as_list()}
                    for n, s in sorted(signature.specs.items())},
         "padded_inputs": sorted(signature.converters),
-        "outputs": ([OUTPUT_KEY] if retrieval is None
-                    else list(retrieval.OUTPUT_KEYS)),
+        "outputs": sorted(concrete.structured_outputs),
+        **({} if retrieval is not None else {"prediction_holds": kind}),
         **({} if retrieval is None else {"retrieval": retrieval.info()}),
         **({} if fresh_info is None else {"updatable": fresh_info}),
         "tables": entries,
