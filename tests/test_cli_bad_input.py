@@ -440,3 +440,23 @@ def test_criteo_skip_counts_the_train_and_holdout_windows(tmp_path):
     assert summary["train_examples"] == 1250 - 2
     assert summary["eval"]["examples"] == 1400 - 1250 - 1
     assert f"{a}:100: expected 40 fields" in err and f"{b}:101:" in err
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--epoch=2"], "Unknown command line flag 'epoch'. Did you mean: "
+     "epochs"),
+    (["--model=foo"], "flag --model=foo: value should be one of"),
+    (["--days=2026-01-01..2026-01-02"], "--days needs --feature_spec"),
+    (["epochs=2"], "unexpected arguments ['epochs=2']"),
+])
+def test_bad_flags_exit_2_with_one_line(tmp_path, args, says):
+    """A flag typo, a bad value, a flag combination that cannot work and a
+    stray argument exit 2 (absl's own status is 1, which `tnet.launch
+    --restarts` and a TFJob would restart) with one line, no traceback."""
+    res = _train(tmp_path, "--data=synthetic", *args, timeout=120)
+    err = res.stderr.decode("utf-8", "replace")
+    assert res.returncode == 2, err[-3000:]
+    lines = [line for line in err.splitlines()
+             if line.startswith("tnet.train:")]
+    assert len(lines) == 1 and says in lines[0], err[-3000:]
+    assert "Traceback" not in err

@@ -271,10 +271,31 @@ def test_launch_restarts_the_whole_cluster_after_a_failed_chief(tmp_path):
                      " after exit 138") == 1
     pids = re.findall(r"\[launch\] ps:0 pid=(\d+)", out)
     assert len(set(pids)) == 2  # a new ps
-    bad = [sys.executable, "-c", "import sys; sys.exit(2)"]
-    res = subprocess.run(launch + ["--restarts", "2", "--"] + bad, cwd=ROOT,
-                         env=_env(), capture_output=True, text=True, timeout=300)
-    assert res.returncode == 2 and "restarting" not in res.stdout
+    for status in (2, 4):  # bad flags, bad input: a restart cannot help
+        bad = [sys.executable, "-c", f"import sys; sys.exit({status})"]
+        res = subprocess.run(launch + ["--restarts", "2", "--"] + bad,
+                             cwd=ROOT, env=_env(), capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == status and "restarting" not in res.stdout
+
+
+@pytest.mark.parametrize("cli,args,says", [
+    ("tnet.launch", ["--psx", "1", "--", "true"], "unrecognized arguments"),
+    ("tnet.launch", ["--cluster", "{bad", "--", "true"], "--cluster must be"),
+    ("tnet.launch", ["--ps", "1", "--restarts", "-1", "--", "true"],
+     "--restarts must be"),
+    ("tnet.server", ["--ps"], "unrecognized arguments"),
+])
+def test_bad_flags_exit_2(cli, args, says):
+    """Bad flags exit 2 (never restarted by `tnet.launch --restarts` or a
+    TFJob's restartPolicy ExitCode), with one line and no traceback;
+    nothing is started."""
+    res = subprocess.run([sys.executable, "-m", cli, *args], cwd=ROOT,
+                         env=_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert says in res.stderr and "Traceback" not in res.stderr
+    assert "pid=" not in res.stdout and "serving at" not in res.stdout
 
 
 def test_steps_lost_note():

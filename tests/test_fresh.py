@@ -892,3 +892,18 @@ def test_daily_loop_publishes_every_day_into_the_day_before(tmp_path):
     assert np.max(np.abs(want - trained)) > 1e-3
     follow_all(str(export_dir / "20261101"), day1)
     np.testing.assert_allclose(predict(day1), trained, atol=TOL)
+
+
+def test_follow_bad_flags_exit_2(tmp_path):
+    """A flag typo or a target that is not grpc://HOST:PORT/MODEL exits 2
+    with one line (nothing is applied)."""
+    for args, says in ((["--export_dirr", str(tmp_path)], "--export_dir"),
+                       (["--export_dir", str(tmp_path), "--target", "a:1"],
+                        "tnet.serving.follow:")):
+        res = subprocess.run(
+            [sys.executable, "-m", "tnet.serving.follow", *args,
+             *([] if "--target" in args else ["--target", "grpc://a:1/m"])],
+            capture_output=True, text=True, timeout=120,
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        assert res.returncode == 2, res.stderr[-2000:]
+        assert says in res.stderr and "Traceback" not in res.stderr

@@ -401,7 +401,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         argv, command = argv[:split], argv[split + 1:]
     else:
         command = []
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tnet.launch",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--ps", type=int, default=2, help="ps tasks")
     parser.add_argument("--workers", type=int, default=2, help="worker tasks")
     parser.add_argument("--timeout", type=float, default=None,
@@ -418,8 +419,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--task_prefix", default=None,
                         help="command prefix for every task, with {kind} and "
                         "{index}, e.g. 'ip netns exec host-{kind}{index}'")
-    args = parser.parse_args(argv)
-    cluster = json.loads(args.cluster) if args.cluster else None
+    args = parser.parse_args(argv)  # bad flags: usage and exit 2
+    cluster = None
+    if args.cluster:
+        try:
+            cluster = json.loads(args.cluster)
+            if not isinstance(cluster, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as e:
+            print(f"[launch] --cluster must be TF_CONFIG's 'cluster' JSON "
+                  f"object ({{\"chief\": [...], \"worker\": [...], \"ps\": "
+                  f"[...]}}): {e}", file=sys.stderr)
+            return 2
+    if args.restarts < 0:
+        print("[launch] --restarts must be >= 0", file=sys.stderr)
+        return 2
     return run(args.ps, args.workers, command, args.timeout, args.restarts,
                cluster, args.task_prefix, args.restart_delay)
 

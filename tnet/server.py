@@ -23,6 +23,7 @@ instead of handing it back to the kernel after every step.
 """
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import threading
@@ -35,7 +36,18 @@ from tnet import bind, distribute
 from tnet.distribute import pin_mmap_threshold
 
 
-def main() -> int:
+def _parse_args(argv):
+    """tnet.server takes no arguments (TF_CONFIG says everything); anything
+    else is a usage error: exit 2, never a silently ignored typo."""
+    parser = argparse.ArgumentParser(
+        prog="python -m tnet.server",
+        description="A ps or worker task of the TF_CONFIG cluster: serves "
+                    "until SIGTERM / SIGINT.")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    _parse_args(sys.argv[1:] if argv is None else argv)
     try:
         pin_mmap_threshold()   # flat RSS, no page faults per step (see above)
     except distribute.MallocSettingError as e:

@@ -541,10 +541,29 @@ def _flag_values() -> dict:
     return {f.name: f.value for f in FLAGS.get_key_flags_for_module(module)}
 
 
+def parse_flags(argv, prog: str = "tnet.train"):
+    """absl's flag parsing with tnet's exit status for bad flags: one line
+    on stderr and exit 2 (absl exits 1 with a FATAL banner), so
+    `tnet.launch --restarts` and a TFJob's restartPolicy ExitCode never
+    restart a typo."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as e:
+        print(f"{prog}: {e} (--helpfull lists the flags)", file=sys.stderr,
+              flush=True)
+        sys.exit(2)
+
+
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        print(f"tnet.train: unexpected arguments {argv[1:]}: flags are "
+              "--name=value", file=sys.stderr, flush=True)
+        return 2
     try:
         run()
+    except app.UsageError as e:  # a flag combination that cannot work
+        print(f"tnet.train: {e}", file=sys.stderr, flush=True)
+        return 2
     except tn.distribute.ClusterConfigError as e:
         print(f"tnet.train: bad TF_CONFIG: {e}", file=sys.stderr, flush=True)
         return 2
@@ -579,4 +598,4 @@ def main(argv):
 
 if __name__ == "__main__":
     bind.ensure()  # before any server starts: keep the port on TF_CONFIG's host
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)
