@@ -907,3 +907,22 @@ def test_follow_bad_flags_exit_2(tmp_path):
             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
         assert res.returncode == 2, res.stderr[-2000:]
         assert says in res.stderr and "Traceback" not in res.stderr
+
+
+def test_follow_error_is_its_only_output_line(tmp_path):
+    """A CLI hides TensorFlow's start-up lines unless TF_CPP_MIN_LOG_LEVEL
+    is set: the follower's one-line error is then all it writes."""
+    cmd = [sys.executable, "-m", "tnet.serving.follow", "--export_dir",
+           str(tmp_path / "none"), "--target", "grpc://127.0.0.1:1/m",
+           "--once"]
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                         env=env)
+    assert res.returncode == 2
+    assert res.stdout == ""
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tnet.serving.follow: ")
+    # The user's own setting wins: TensorFlow's lines are theirs to see.
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                         env=dict(env, TF_CPP_MIN_LOG_LEVEL="0"))
+    assert res.returncode == 2 and len(res.stderr.splitlines()) > 1

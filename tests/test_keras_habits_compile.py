@@ -530,3 +530,50 @@ def test_unknown_outputs_are_said_and_can_be_named(tmp_path, start, caplog):
     with pytest.raises(ValueError, match="must be one of"):
         tn.saving.export_for_serving(model, str(tmp_path / "c"),
                                      prediction="probs")
+
+
+# ------------------------------------------------------------------ logging
+def test_one_logging_mechanism(capsys):
+    """tnet's messages go through the "tnet" logger: info to stdout, warnings
+    and errors to stderr, the message alone; --verbosity's scale sets how
+    much is said."""
+    import logging  # noqa: PLC0415
+    log = tn.log.get("test")
+    try:
+        log.info("tnet.test: info line")
+        log.warning("tnet.test: warning line")
+        log.debug("tnet.test: debug line")
+        out, err = capsys.readouterr()
+        assert out == "tnet.test: info line\n"
+        assert err == "tnet.test: warning line\n"
+        tn.log.set_verbosity(-1)
+        log.info("hidden")
+        log.error("tnet.test: error line")
+        tn.log.set_verbosity(1)
+        log.debug("tnet.test: debug line")
+        out, err = capsys.readouterr()
+        assert (out, err) == ("tnet.test: debug line\n",
+                              "tnet.test: error line\n")
+    finally:
+        tn.log.set_verbosity(0)
+    assert not logging.getLogger("tnet").propagate  # no double lines
+
+
+def test_no_bare_print_outside_documented_output():
+    """Every message goes through the logger; the prints left are a CLI's
+    documented output (the JSON summaries, the export checks' line, which
+    run without tnet), a script run in a process without tnet, a docstring
+    example, and the uncaught-import-error line of tnet._ops."""
+    import pathlib  # noqa: PLC0415
+    import re  # noqa: PLC0415
+    allowed = {"train.py": 1, "train_daily.py": 1, "saving/check.py": 1,
+               "saving/check_retrieval.py": 1, "saving/op_check.py": 1,
+               "data/_rows.py": 1, "_ops.py": 1}
+    root = pathlib.Path(tn.__file__).parent
+    found = {}
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        n = len(re.findall(r"(?<![.\w])print\(", text))
+        if n:
+            found[str(path.relative_to(root))] = n
+    assert found == allowed

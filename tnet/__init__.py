@@ -32,19 +32,25 @@ def _select_legacy_keras() -> None:
 
 _select_legacy_keras()
 
-from tnet import bind  # noqa: E402
-from tnet import callbacks  # noqa: E402
-from tnet import data  # noqa: E402
-from tnet import distribute  # noqa: E402
-from tnet import feature_column  # noqa: E402
-from tnet import layers  # noqa: E402
-from tnet import model  # noqa: E402
-from tnet import models  # noqa: E402
-from tnet import optimizer  # noqa: E402
-from tnet import saving  # noqa: E402
-from tnet.model import Model  # noqa: E402
-from tnet.table import SparseTable  # noqa: E402
+# Before TensorFlow is imported: the "tnet" logger's console handler, and
+# for `python -m tnet.<cli>` no TensorFlow start-up chatter (tnet/log.py).
+from tnet import log  # noqa: E402
+log.install()
 
-__all__ = ["SparseTable", "Model", "bind", "callbacks", "data", "distribute", "feature_column", "layers", "model",
-           "models", "optimizer", "saving"]
+with log.hold_startup_chatter(log.quiet_tensorflow()):
+    from tnet import bind  # noqa: E402
+    from tnet import callbacks  # noqa: E402
+    from tnet import data  # noqa: E402
+    from tnet import distribute  # noqa: E402
+    from tnet import feature_column  # noqa: E402
+    from tnet import layers  # noqa: E402
+    from tnet import model  # noqa: E402
+    from tnet import models  # noqa: E402
+    from tnet import optimizer  # noqa: E402
+    from tnet import saving  # noqa: E402
+    from tnet.model import Model  # noqa: E402
+    from tnet.table import SparseTable  # noqa: E402
+
+__all__ = ["SparseTable", "Model", "bind", "callbacks", "data", "distribute", "feature_column", "layers", "log",
+           "model", "models", "optimizer", "saving"]
 __version__ = "0.1.0"

@@ -24,11 +24,15 @@ by path without importing TensorFlow.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pathlib
 import socket
 import sys
 from typing import Dict, List, Optional, Tuple
+
+# Stdlib only: tnet.launch loads this file without importing tnet.
+_log = logging.getLogger("tnet.bind")
 
 __all__ = ["BindError", "shim_path", "bind_environment", "ensure"]
 
@@ -93,8 +97,7 @@ def bind_environment(env: Optional[Dict[str, str]] = None,
     the address cannot be bound.
     """
     env = dict(os.environ if env is None else env)
-    warn = warn or (lambda message: print(message, file=sys.stderr,
-                                          flush=True))
+    warn = warn or _log.warning
     policy = _policy(env)
     own = _own_address(env.get("TF_CONFIG", ""))
     if policy == "all" or own is None:
@@ -140,15 +143,15 @@ def ensure(argv: Optional[List[str]] = None) -> None:
     try:
         extra = bind_environment()
     except BindError as e:
-        print(e, file=sys.stderr, flush=True)
+        _log.error("%s", e)
         raise SystemExit(2) from None
     if not extra or _shim_loaded():
         return
     if os.environ.get("TNET_BIND_REEXEC") == "1":
         # The preload did not take (e.g. a static or setuid interpreter):
         # never loop; say so and go on with TensorFlow's binding.
-        print("tnet bind: the preload library did not load; listening on "
-              "every interface", file=sys.stderr, flush=True)
+        _log.warning("tnet bind: the preload library did not load; "
+                     "listening on every interface")
         return
     env = dict(os.environ, TNET_BIND_REEXEC="1", **extra)
     argv = list(sys.orig_argv if argv is None else argv)

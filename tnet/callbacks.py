@@ -175,9 +175,9 @@ class Checkpoint(tf_keras.callbacks.Callback):
 
     def _say(self, message: str) -> None:
         if self.verbose:
-            print(f"[tnet.checkpoint] {message}", flush=True)
+            _ckpt_logger.info(f"[tnet.checkpoint] {message}")
         else:
-            _ckpt_logger.info("%s", message)
+            _ckpt_logger.debug("%s", message)
 
     def on_train_begin(self, logs=None):
         self.restored_step = self.restored_path = self.resumed_at = None

@@ -24,6 +24,9 @@ from typing import Any, Dict, Optional
 import tensorflow as tf
 
 from tnet import _ops  # noqa: F401  (load the op library before any server)
+from tnet.log import get as _get_logger
+
+_log = _get_logger("distribute")
 
 
 _M_TOP_PAD = -2                # mallopt parameters (glibc malloc.h)
@@ -333,8 +336,9 @@ def through_ps_cut(fn, what: str):
         try:
             result = fn()
             if first is not None:
-                print(f"tnet: {what}: done, {time.monotonic() - first:.1f} s "
-                      "after the first failure", file=sys.stderr, flush=True)
+                _log.warning(f"tnet: {what}: done, "
+                             f"{time.monotonic() - first:.1f} s after the "
+                             "first failure")
                 if "answered" in _ps_clock:
                     _ps_clock["answered"](failed)
             return result
@@ -352,9 +356,9 @@ def through_ps_cut(fn, what: str):
             if first is None:
                 first = now
                 names = ", ".join(f"ps:{t}" for t in tasks)
-                print(f"tnet: {what}: {names} does not answer; trying again "
-                      f"for up to TNET_PS_TIMEOUT={ps_timeout():g} s",
-                      file=sys.stderr, flush=True)
+                _log.warning(f"tnet: {what}: {names} does not answer; trying "
+                             "again for up to "
+                             f"TNET_PS_TIMEOUT={ps_timeout():g} s")
             elif now - first > ps_timeout():
                 raise
         time.sleep(1.0)
@@ -711,7 +715,7 @@ def exit_now(code: int, message: Optional[str] = None) -> None:
     _exiting.acquire()
     if message is not None:
         try:
-            print(message, file=sys.stderr, flush=True)
+            _log.error(message)
         except (OSError, ValueError):
             pass
     for stream in (sys.stdout, sys.stderr):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import logging
 import os
 import pathlib
 import re
@@ -38,16 +39,18 @@ HOST = "127.0.0.1"
 HERE = pathlib.Path(__file__).resolve().parent   # the tnet package
 
 
-def _load_bind():
-    """tnet/bind.py without importing tnet (and so TensorFlow) here."""
-    spec = importlib.util.spec_from_file_location("_tnet_bind",
-                                                  HERE / "bind.py")
+def _load(name: str):
+    """tnet/<name>.py without importing tnet (and so TensorFlow) here."""
+    spec = importlib.util.spec_from_file_location(f"_tnet_{name}",
+                                                  HERE / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-_bind = _load_bind()
+_bind = _load("bind")
+_tnet_log = _load("log")
+_log = logging.getLogger("tnet.launch")  # the "[launch] ..." lines
 
 
 def free_ports(n: int) -> List[int]:
@@ -76,7 +79,7 @@ class Task:
             cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             start_new_session=True, bufsize=1, text=True, errors="replace")
         self.stopping = False
-        print(f"[launch] {name} pid={self.proc.pid}", flush=True)
+        _log.info(f"[launch] {name} pid={self.proc.pid}")
         self.reader = threading.Thread(target=self._pump, daemon=True)
         self.reader.start()
 
@@ -132,10 +135,10 @@ def run(num_ps: int, num_workers: int, command: List[str],
     (0 first).
     """
     if cluster is None and (num_ps < 1 or num_workers < 1):
-        print("[launch] need --ps >= 1 and --workers >= 1", file=sys.stderr)
+        _log.error("[launch] need --ps >= 1 and --workers >= 1")
         return 2
     if not command:
-        print("[launch] give the chief command after --", file=sys.stderr)
+        _log.error("[launch] give the chief command after --")
         return 2
     interrupted = {"signal": None}
 
@@ -155,13 +158,13 @@ def run(num_ps: int, num_workers: int, command: List[str],
                     or interrupted["signal"] is not None):
                 break
             attempt += 1
-            print(f"[launch] restarting the whole cluster (restart {attempt} "
-                  f"of {restarts}) after exit {status}", flush=True)
+            _log.info(f"[launch] restarting the whole cluster (restart {attempt} "
+                  f"of {restarts}) after exit {status}")
             time.sleep(restart_delay)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-    print(f"[launch] done, exit {status}", flush=True)
+    _log.info(f"[launch] done, exit {status}")
     return status
 
 
@@ -169,7 +172,7 @@ def _run_once(cluster: Dict[str, List[str]], command: List[str],
               timeout: Optional[float], interrupted: dict, attempt: int,
               task_prefix: Optional[str]) -> Tuple[int, int]:
     """(the launcher's status, the chief's) of one run of the cluster."""
-    print(f"[launch] cluster {json.dumps(cluster)}", flush=True)
+    _log.info(f"[launch] cluster {json.dumps(cluster)}")
     servers: List[Task] = []
     chief: Optional[Task] = None
 
@@ -206,24 +209,24 @@ def _run_once(cluster: Dict[str, List[str]], command: List[str],
         start = time.monotonic()
         while chief.proc.poll() is None:
             if interrupted["signal"] is not None:
-                print(f"[launch] got signal {interrupted['signal']}; stopping "
-                      "the cluster", flush=True)
+                _log.info(f"[launch] got signal {interrupted['signal']}; stopping "
+                      "the cluster")
                 status = chief_status = 130
                 break
             if timeout is not None and time.monotonic() - start > timeout:
-                print(f"[launch] chief still running after {timeout:.0f}s; "
-                      "stopping the cluster", flush=True)
+                _log.info(f"[launch] chief still running after {timeout:.0f}s; "
+                      "stopping the cluster")
                 status = chief_status = 124
                 break
             time.sleep(0.1)
         else:
             status = chief_status = chief.proc.returncode
-            print(f"[launch] chief exited with {status}", flush=True)
+            _log.info(f"[launch] chief exited with {status}")
             died = [t for t in servers if t.proc.poll() not in (None, 0)
                     and not t.stopping]
             for t in died:
-                print(f"[launch] {t.name} exited with {t.proc.returncode} "
-                      "during the run", flush=True)
+                _log.info(f"[launch] {t.name} exited with {t.proc.returncode} "
+                      "during the run")
             if status == 0 and died:
                 status = 1
     finally:
@@ -419,7 +422,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--task_prefix", default=None,
                         help="command prefix for every task, with {kind} and "
                         "{index}, e.g. 'ip netns exec host-{kind}{index}'")
+    _tnet_log.add_verbosity_flag(parser)
     args = parser.parse_args(argv)  # bad flags: usage and exit 2
+    _tnet_log.install()
+    _tnet_log.set_verbosity(args.verbosity)
+    # The tasks inherit it: no TensorFlow start-up lines unless asked for.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     cluster = None
     if args.cluster:
         try:
@@ -427,12 +435,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             if not isinstance(cluster, dict):
                 raise ValueError("not a JSON object")
         except ValueError as e:
-            print(f"[launch] --cluster must be TF_CONFIG's 'cluster' JSON "
+            _log.error(f"[launch] --cluster must be TF_CONFIG's 'cluster' JSON "
                   f"object ({{\"chief\": [...], \"worker\": [...], \"ps\": "
-                  f"[...]}}): {e}", file=sys.stderr)
+                  f"[...]}}): {e}")
             return 2
     if args.restarts < 0:
-        print("[launch] --restarts must be >= 0", file=sys.stderr)
+        _log.error("[launch] --restarts must be >= 0")
         return 2
     return run(args.ps, args.workers, command, args.timeout, args.restarts,
                cluster, args.task_prefix, args.restart_delay)

@@ -34,16 +34,23 @@ import tensorflow as tf
 from tnet import _ops  # noqa: F401  (registers the ops in this process)
 from tnet import bind, distribute
 from tnet.distribute import pin_mmap_threshold
+from tnet import log as tnet_log
+
+_log = tnet_log.get("server")
 
 
 def _parse_args(argv):
-    """tnet.server takes no arguments (TF_CONFIG says everything); anything
-    else is a usage error: exit 2, never a silently ignored typo."""
+    """tnet.server takes only --verbosity (TF_CONFIG says everything else);
+    anything else is a usage error: exit 2, never a silently ignored
+    typo."""
     parser = argparse.ArgumentParser(
         prog="python -m tnet.server",
         description="A ps or worker task of the TF_CONFIG cluster: serves "
                     "until SIGTERM / SIGINT.")
-    return parser.parse_args(argv)
+    tnet_log.add_verbosity_flag(parser)
+    args = parser.parse_args(argv)
+    tnet_log.set_verbosity(args.verbosity)
+    return args
 
 
 def main(argv=None) -> int:
@@ -51,25 +58,23 @@ def main(argv=None) -> int:
     try:
         pin_mmap_threshold()   # flat RSS, no page faults per step (see above)
     except distribute.MallocSettingError as e:
-        print(f"tnet.server: {e}", file=sys.stderr)
+        _log.error(f"tnet.server: {e}")
         return 2
     distribute.set_grpc_defaults()  # keepalive: find silent peers
     bind.ensure()  # listen on TF_CONFIG's address only (TNET_BIND, SECURITY.md)
     try:
         config = distribute.parse_tf_config()
     except distribute.ClusterConfigError as e:
-        print(f"tnet.server: {e}", file=sys.stderr)
+        _log.error(f"tnet.server: {e}")
         return 2
     if config is None:
-        print("tnet.server: TF_CONFIG is not set; a ps or worker task needs "
-              "it (tnet.launch sets it for local clusters)",
-              file=sys.stderr)
+        _log.error("tnet.server: TF_CONFIG is not set; a ps or worker task needs "
+              "it (tnet.launch sets it for local clusters)")
         return 2
     kind, index = config["task"]["type"], config["task"].get("index", 0)
     if kind not in ("ps", "worker"):
-        print(f"tnet.server: this task is {kind}:{index}; only ps and worker "
-              "tasks run tnet.server (the chief runs the training program)",
-              file=sys.stderr)
+        _log.error(f"tnet.server: this task is {kind}:{index}; only ps and worker "
+              "tasks run tnet.server (the chief runs the training program)")
         return 2
     cluster = tf.train.ClusterSpec(config["cluster"])
     server = tf.distribute.Server(cluster, job_name=kind, task_index=index,
@@ -83,11 +88,10 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     threading.Thread(target=server.join, daemon=True).start()
-    print(f"tnet.server: {kind}:{index} serving at {server.target}",
-          flush=True)
+    _log.info(f"tnet.server: {kind}:{index} serving at {server.target}")
     while not stop.wait(1.0):
         pass
-    print(f"tnet.server: {kind}:{index} stopping", flush=True)
+    _log.info(f"tnet.server: {kind}:{index} stopping")
     return 0
 
 

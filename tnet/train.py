@@ -22,18 +22,21 @@ import sys
 import time
 import traceback
 
-from absl import app, flags, logging
+from absl import app, flags
 
 import tnet as tn  # noqa: F401  (first: selects tf_keras)
 import tensorflow as tf
 import tf_keras
 
 from tnet import bind
+from tnet.log import get as _get_logger
+from tnet.log import set_verbosity
 from tnet.train_data import (BadInputError, CtrJobData, RetrievalJobData,  # noqa: F401
                              SpecJobData, explain_bad_input)
 from tnet import models as tn_models
 
 FLAGS = flags.FLAGS
+_log = _get_logger("train")
 flags.DEFINE_enum("model", "wide_deep", ["wide_deep", "deepfm", "dcn",
                                         "two_tower"],
                   "Model architecture (two_tower: retrieval, with "
@@ -348,7 +351,7 @@ def run() -> dict:
                     FLAGS.checkpoint_dir):
                 tn.saving.restore(model, FLAGS.checkpoint_dir)
             base = export_and_check(model, spec)["path"]
-        print(f"tnet.train: publishing deltas to {base}", flush=True)
+        _log.info(f"tnet.train: publishing deltas to {base}")
         callbacks.append(publisher)
     callbacks.append(meter)
     if not distributed:
@@ -400,7 +403,8 @@ def run() -> dict:
         summary["export"] = tn.distribute.through_ps_cut(
             lambda: export_and_check(model, spec), "the serving export")
     _write_summary(summary)
-    logging.info("eval: %s", evaluation)
+    _log.debug("eval: %s", evaluation)
+    # The CLI's documented output: the summary as one JSON document.
     print(json.dumps({"eval": summary["eval"], "train": summary["train"],
                       **spec.info}, indent=2))
     return summary
@@ -513,7 +517,7 @@ def _run_checker(script: str, path: str, sample_path: str,
                           "--sample", sample_path, "--tolerance",
                           str(tolerance)], env=env, capture_output=True,
                          text=True, cwd="/")
-    print(res.stdout.strip(), flush=True)
+    _log.info(res.stdout.strip())
     if res.returncode != 0:
         raise RuntimeError(f"the exported SavedModel failed its check:\n"
                            f"{res.stdout}{res.stderr[-3000:]}")
@@ -547,35 +551,36 @@ def parse_flags(argv, prog: str = "tnet.train"):
     `tnet.launch --restarts` and a TFJob's restartPolicy ExitCode never
     restart a typo."""
     try:
-        return FLAGS(argv)
+        rest = FLAGS(argv)
     except flags.Error as e:
-        print(f"{prog}: {e} (--helpfull lists the flags)", file=sys.stderr,
-              flush=True)
+        _log.error(f"{prog}: {e} (--helpfull lists the flags)")
         sys.exit(2)
+    set_verbosity(FLAGS.verbosity)  # absl's --verbosity: tnet's logger too
+    return rest
 
 
 def main(argv):
     if len(argv) > 1:
-        print(f"tnet.train: unexpected arguments {argv[1:]}: flags are "
-              "--name=value", file=sys.stderr, flush=True)
+        _log.error(f"tnet.train: unexpected arguments {argv[1:]}: flags are "
+                   "--name=value")
         return 2
     try:
         run()
     except app.UsageError as e:  # a flag combination that cannot work
-        print(f"tnet.train: {e}", file=sys.stderr, flush=True)
+        _log.error(f"tnet.train: {e}")
         return 2
     except tn.distribute.ClusterConfigError as e:
-        print(f"tnet.train: bad TF_CONFIG: {e}", file=sys.stderr, flush=True)
+        _log.error(f"tnet.train: bad TF_CONFIG: {e}")
         return 2
     except tn.distribute.MallocSettingError as e:
-        print(f"tnet.train: {e}", file=sys.stderr, flush=True)
+        _log.error(f"tnet.train: {e}")
         return 2
     except Exception as e:  # noqa: BLE001
         bad = explain_bad_input(e)
         if bad is not None:
             # One line (no traceback unless --verbose): what, where, the fix.
             text = " ".join(str(bad).split())
-            print(f"tnet.train: {text}", file=sys.stderr, flush=True)
+            _log.error(f"tnet.train: {text}")
             if FLAGS.verbose:
                 traceback.print_exception(e)
             return 4

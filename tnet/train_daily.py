@@ -39,14 +39,16 @@ import os
 import re
 import time
 
-from absl import app, flags, logging
+from absl import app, flags
 
 import tnet as tn
 import tensorflow as tf
+from tnet.log import get as _get_logger
 from tnet.saving.files import write_json_atomic
 import tf_keras
 
 FLAGS = flags.FLAGS
+_log = _get_logger("train")
 STATE = "days.json"
 
 
@@ -133,8 +135,7 @@ def run_days(strategy, distributed: bool, cli) -> dict:
     if latest is not None:
         done_step = tn.saving.restore(model, latest,
                                       track_changes=FLAGS.checkpoint_incremental)
-        print(f"tnet.train: restored {latest} (days through {done_step} done)",
-              flush=True)
+        _log.info(f"tnet.train: restored {latest} (days through {done_step} done)")
     for day in days:  # checkpoints are the truth: a finished day stays done
         if day_step(day) <= done_step and day not in state["days"]:
             state["days"][day] = {"checkpoint": f"ckpt-{done_step}"
@@ -151,7 +152,7 @@ def run_days(strategy, distributed: bool, cli) -> dict:
                              ckpt_dir)
     for day in days:
         if day_step(day) <= done_step:
-            print(f"tnet.train: day {day} already trained, skipped", flush=True)
+            _log.info(f"tnet.train: day {day} already trained, skipped")
             continue
         files = _day_files(day)
         data = SpecJobData(distributed, spec, files, files)
@@ -164,10 +165,9 @@ def run_days(strategy, distributed: bool, cli) -> dict:
         if trained_any:  # progressive validation: before training on the day
             record["eval_before_training"] = model.evaluate_exact(
                 data.eval(), group_key=spec.group_key)
-            print(f"tnet.train: day {day} before training: "
-                  f"{json.dumps(record['eval_before_training'])}", flush=True)
-        print(f"tnet.train: training day {day} ({data.train_rows} examples)",
-              flush=True)
+            _log.info(f"tnet.train: day {day} before training: "
+                  f"{json.dumps(record['eval_before_training'])}")
+        _log.info(f"tnet.train: training day {day} ({data.train_rows} examples)")
         start = time.perf_counter()
         publisher = None
         if cli._publishing():
@@ -177,8 +177,7 @@ def run_days(strategy, distributed: bool, cli) -> dict:
                 # The day's own export is the next base: a compaction
                 # (version N-1 + 1) would take day N's version number.
                 publisher.compact_at = None
-                print(f"tnet.train: day {day}: publishing deltas to {base}",
-                      flush=True)
+                _log.info(f"tnet.train: day {day}: publishing deltas to {base}")
         _fit_day(model, data, distributed,
                  [] if publisher is None else [publisher])
         if publisher is not None:
@@ -194,7 +193,7 @@ def run_days(strategy, distributed: bool, cli) -> dict:
         done_step = day_step(day)
         state["days"][day] = record
         write_state(ckpt_dir, state)
-        print(f"tnet.train: day {day} trained, checkpoint {path}", flush=True)
+        _log.info(f"tnet.train: day {day} trained, checkpoint {path}")
         with writer.as_default():
             for key, value in (record.get("eval_before_training") or {}).items():
                 tf.summary.scalar(f"before_training/{key}", value, step=day_step(day))
@@ -213,6 +212,7 @@ def run_days(strategy, distributed: bool, cli) -> dict:
     with open(f"{path}.tmp", "w") as f:
         json.dump(summary, f, indent=2)
     os.replace(f"{path}.tmp", path)
+    # The CLI's documented output: the days' summary as one JSON document.
     print(json.dumps({"days": {d: {k: v for k, v in r.items()
                                    if k in ("checkpoint", "export", "eval_before_training")}
                                for d, r in state["days"].items()}}, indent=2), flush=True)
@@ -274,9 +274,8 @@ def _ensure_publish_base(cli, model, spec, days, done_step: int,
     version = day_step(before)
     target = os.path.join(FLAGS.export_dir, str(version))
     if os.path.isdir(target) and os.listdir(target):
-        print(f"tnet.train: {target} exists and is not updatable: day "
-              f"{todo[0]} publishes nothing (its own export is updatable)",
-              flush=True)
+        _log.info(f"tnet.train: {target} exists and is not updatable: day "
+              f"{todo[0]} publishes nothing (its own export is updatable)")
         return
     from tnet.train_data import SpecJobData  # noqa: PLC0415
     files = _day_files(todo[0])
@@ -285,8 +284,8 @@ def _ensure_publish_base(cli, model, spec, days, done_step: int,
                                   sample_data=job.eval())
     state["publish_base"] = {"day": before, "export": result["path"]}
     write_state(ckpt_dir, state)
-    print(f"tnet.train: exported {result['path']}, the base day "
-          f"{todo[0]} publishes into", flush=True)
+    _log.info(f"tnet.train: exported {result['path']}, the base day "
+          f"{todo[0]} publishes into")
 
 
 def _ensure_export(cli, model, spec, day: str, state: dict, ckpt_dir: str) -> None:
@@ -311,10 +310,9 @@ def _ensure_export(cli, model, spec, day: str, state: dict, ckpt_dir: str) -> No
             aside = os.path.join(FLAGS.export_dir,
                                  f".{version}.failed-{int(time.time())}")
             os.rename(target, aside)
-            print(f"tnet.train: day {day}: export failed; moved it to "
-                  f"{aside}", flush=True)
+            _log.info(f"tnet.train: day {day}: export failed; moved it to "
+                  f"{aside}")
         raise
     state["days"].setdefault(day, {})["export"] = result["path"]
     write_state(ckpt_dir, state)
-    logging.info("exported %s", result["path"])
-    print(f"tnet.train: day {day} exported {result['path']}", flush=True)
+    _log.info(f"tnet.train: day {day} exported {result['path']}")

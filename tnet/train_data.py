@@ -8,11 +8,14 @@ and `info` for summary.json.
 from __future__ import annotations
 
 import os
-import sys
 
 import tensorflow as tf
 
 from absl import app, flags
+
+from tnet.log import get as _get_logger
+
+_log = _get_logger("train")
 
 FLAGS = flags.FLAGS
 LOG_LIMIT = 5  # bad rows logged one by one per job (the rest: counted)
@@ -87,19 +90,17 @@ def report_skips(scans, what: str) -> dict:
     for found in scans:
         for where in found.first:
             if logged < LOG_LIMIT:
-                print(f"W tnet.train: skipping bad {what} row {where}",
-                      file=sys.stderr, flush=True)
+                _log.warning(f"W tnet.train: skipping bad {what} row {where}")
                 logged += 1
     total = sum(f.skipped for f in scans)
     for found in scans:
         if found.skipped:
-            print(f"W tnet.train: {found.path}: {found.skipped:,} of "
-                  f"{found.records:,} rows skipped as bad", file=sys.stderr,
-                  flush=True)
+            _log.warning(f"W tnet.train: {found.path}: {found.skipped:,} of "
+                         f"{found.records:,} rows skipped as bad")
     if total > logged:
-        print(f"W tnet.train: {total - logged:,} more bad {what} rows skipped "
-              "without logging them one by one (counts per file above and in "
-              "summary.json)", file=sys.stderr, flush=True)
+        _log.warning(f"W tnet.train: {total - logged:,} more bad {what} rows "
+                     "skipped without logging them one by one (counts per "
+                     "file above and in summary.json)")
     return {"skipped": total, "rows": sum(f.rows for f in scans),
             "files": {f.path: f.skipped for f in scans if f.skipped},
             "first": [w for f in scans for w in f.first][:LOG_LIMIT]}

@@ -54,6 +54,9 @@ import tensorflow as tf
 from tnet import _ops
 from tnet.data import _rows
 from tnet.data._rows import LINE_BITS, Field, ReadStats, RowFormat, read_rows
+from tnet.log import get as _get_logger
+
+_log = _get_logger("data")
 from tnet.data.spec import Feature, FeatureSpec
 
 FORMATS = ("tfrecord", "csv", "tsv", "parquet")
@@ -719,12 +722,12 @@ def _parquet_batches(spec: FeatureSpec, names: List[str], batch_rows: int,
                                          "bad_rows=skip to drop and count bad rows.")
                     n_bad = int(bad.sum())
                     if logged < log_limit:
-                        print(f"W tnet.data: skipping {n_bad} bad Parquet "
-                              f"row(s), first {text}", file=sys.stderr, flush=True)
+                        _log.warning(f"W tnet.data: skipping {n_bad} bad "
+                                     f"Parquet row(s), first {text}")
                     if 0 < log_limit and logged <= log_limit < logged + n_bad:
-                        print("W tnet.data: more bad Parquet rows are skipped "
-                              "without logging (count them with tnet.data.ReadStats)",
-                              file=sys.stderr, flush=True)
+                        _log.warning("W tnet.data: more bad Parquet rows are "
+                                     "skipped without logging (count them "
+                                     "with tnet.data.ReadStats)")
                     logged += n_bad
                     if stats is not None:
                         _add_stats(stats, n, n - int(bad.sum()), int(bad.sum()), text)

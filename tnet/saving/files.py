@@ -169,4 +169,4 @@ class _Progress:
 
 
 def _default_progress(message: str) -> None:
-    logger.info("%s", message)
+    logger.debug("%s", message)

@@ -43,6 +43,9 @@ import numpy as np
 from tnet.saving import fresh, update_key
 from tnet.saving.files import write_json_atomic
 from tnet.saving.fresh import DeltaError
+from tnet import log as tnet_log
+
+_log = tnet_log.get("serving.follow")
 
 CHUNK_BYTES = 32 << 20  # rows per apply_rows request (gRPC message size)
 # Seconds between polls. A poll with nothing new costs a directory listing
@@ -138,7 +141,7 @@ class Follower:
         self.update_keys = self._load_keys()
         self.targets = targets
         self.chunk_bytes = chunk_bytes
-        self.say = say or (lambda m: print(f"[tnet.follow] {m}", flush=True))
+        self.say = say or (lambda m: _log.info(f"[tnet.follow] {m}"))
         self.state_dir = os.path.join(fresh.deltas_dir(self.export_dir),
                                       "followers")
 
@@ -311,7 +314,9 @@ def main(argv=None) -> int:
     parser.add_argument("--allow_keyless_export", action="store_true",
                         help="also update exports written before update "
                              "keys (anyone can change those)")
+    tnet_log.add_verbosity_flag(parser)
     args = parser.parse_args(argv)
+    tnet_log.set_verbosity(args.verbosity)
     try:
         follower = Follower(args.export_dir,
                             [parse_target(t) for t in args.target],
@@ -319,19 +324,18 @@ def main(argv=None) -> int:
                             allow_keyless=args.allow_keyless_export)
         follower.key_for()  # a missing or wrong key: one line, exit 2
     except (DeltaError, ValueError, OSError) as e:
-        print(f"tnet.serving.follow: {e}", file=sys.stderr)
+        _log.error(f"tnet.serving.follow: {e}")
         return 2
     while True:
         try:
             follower.step()
         except DeltaError as e:
-            print(f"tnet.serving.follow: {e}", file=sys.stderr)
+            _log.error(f"tnet.serving.follow: {e}")
             if args.once:
                 return 1
         except Exception as e:  # noqa: BLE001  (a replica down: retry)
             line = (str(e).strip().splitlines() or [repr(e)])[0][:300]
-            print(f"tnet.serving.follow: {type(e).__name__}: {line}",
-                  file=sys.stderr)
+            _log.error(f"tnet.serving.follow: {type(e).__name__}: {line}")
             if args.once:
                 return 1
         if args.once:
