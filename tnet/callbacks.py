@@ -93,8 +93,10 @@ class Checkpoint(tf_keras.callbacks.Callback):
         `fit` then resumes at epoch `step // steps_per_epoch`, batch
         `step % steps_per_epoch` (the batch counter only: the dataset
         restarts from its beginning, as with BackupAndRestore).
-      verbose: 1 prints progress lines (rows written / total) and one line
-        per checkpoint; 0 logs them on the "tnet.checkpoint" logger.
+      verbose: 1 logs progress lines (rows written / total) and one line
+        per checkpoint at info level (shown by default); 0 logs them at
+        debug level (`--verbosity=1`). Both on the "tnet.checkpoint"
+        logger.
       maintenance: a `TableMaintenance` whose eviction runs right before
         each save, so checkpoints hold only live rows (it may also be in
         the callback list for its own schedule).
