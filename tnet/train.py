@@ -555,7 +555,9 @@ def parse_flags(argv, prog: str = "tnet.train"):
     except flags.Error as e:
         _log.error(f"{prog}: {e} (--helpfull lists the flags)")
         sys.exit(2)
-    set_verbosity(FLAGS.verbosity)  # absl's --verbosity: tnet's logger too
+    # absl's --verbosity sets tnet's logger too. absl's own default (-1)
+    # hides info: tnet's progress lines are info, so unset it means 0.
+    set_verbosity(FLAGS.verbosity if FLAGS["verbosity"].present else 0)
     return rest
 
 
