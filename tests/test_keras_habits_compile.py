@@ -4,7 +4,7 @@ with one line naming what to do instead.
 
 Each tnet model here has a stock twin: the same layers with a stock
 `Embedding` whose rows start as the tnet table's rows start (a table row's
-initial value is drawn from its key), trained with SGD, whose in-table rule
+initial value is drawn from its key and the table's seed, fixed here), trained with SGD, whose in-table rule
 is the stock update. So fit, evaluate, predict, metrics, sample and class
 weights and learning-rate callbacks must give the stock model's numbers.
 """
@@ -50,7 +50,7 @@ def data():
 @pytest.fixture(scope="module")
 def start():
     """Initial table rows of ids 0..V-1 and a dense kernel both twins use."""
-    rows = tn.SparseTable("twin_rows", DIM).pull(np.arange(V, dtype=np.int64),
+    rows = tn.SparseTable("twin_rows", DIM, seed=0).pull(np.arange(V, dtype=np.int64),
                                                  training=True).numpy()
     rng = np.random.default_rng(7)
     return rows, rng.normal(0, 0.5, (DIM, 1)).astype(np.float32)
@@ -64,7 +64,8 @@ def _functional(start, tnet_model: bool, activation="sigmoid", l2=0.0):
     rows, kernel = start
     user = tf_keras.Input((), dtype=tf.int64, name="user")
     if tnet_model:
-        emb = tn.layers.EmbeddingFeatures([_column()])({"user": user})
+        emb = tn.layers.EmbeddingFeatures([_column()], seed=0)(
+            {"user": user})
     else:
         emb = tf_keras.layers.Embedding(
             V, DIM, embeddings_initializer=tf_keras.initializers.Constant(
@@ -87,7 +88,7 @@ class Ranker(tn.Model):
     def __init__(self, start):
         super().__init__()
         rows, kernel = start
-        self.embed = tn.layers.EmbeddingFeatures([_column()])
+        self.embed = tn.layers.EmbeddingFeatures([_column()], seed=0)
         self.dense = tf_keras.layers.Dense(
             1, kernel_initializer=tf_keras.initializers.Constant(kernel),
             bias_initializer="zeros")
