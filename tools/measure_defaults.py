@@ -259,6 +259,266 @@ def summarize(jsonl: str) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------- issue 54: the two criteria
+# Criterion 1 (--one_pass): every training example seen once, then the
+# hold-out AUC. Criterion 2 (--early_stopping): up to MAX_EPOCHS epochs
+# with EarlyStopping(monitor="val_auc", patience=1,
+# restore_best_weights=True) on a validation split taken from the
+# training rows (VAL_ROWS / VAL_BATCHES below), then the hold-out AUC.
+MAX_EPOCHS = 10
+VAL_ROWS = {"criteo": 1000, "avazu": 300, "multi_valued": 2400}
+SPARSE_HEAVY_VAL_BATCHES = 6     # of the 64 training batches
+SWEEP_CASES = ("criteo", "avazu", "multi_valued", "sparse_heavy",
+               "criteo_wd", "avazu_wd")
+
+
+def parse_setting(setting: str):
+    """A sweep setting: "stock" (tf_keras, Keras' defaults), "default"
+    (tnet's defaults at this commit), "A" (tnet, Adagrad rows and, where
+    the model has one, the wide FTRL rows start at A) or "A/F" (Adagrad
+    rows from A, wide FTRL rows from F; "-" for either's default).
+    Returns (side, adagrad_rows_start | None, ftrl_rows_start | None)."""
+    if setting in ("stock", "default"):
+        return ("stock" if setting == "stock" else "tnet"), None, None
+    acc, _, ftrl = setting.partition("/")
+    ftrl = ftrl or acc
+    return ("tnet", None if acc == "-" else float(acc),
+            None if ftrl == "-" else float(ftrl))
+
+
+def _early_stopping():
+    import tf_keras
+    return tf_keras.callbacks.EarlyStopping(
+        monitor="val_auc", mode="max", patience=1,
+        restore_best_weights=True)
+
+
+def _sparse_heavy_data(seed: int, batches: int, val_batches: int):
+    from tnet.data import SyntheticCriteo
+    from tools import _sparse_heavy as sh
+    from tools.bench_train import sparse_heavy_dataset
+    _, multi, _ = sh.columns()
+    gen = SyntheticCriteo(seed=0, scale=1, multi_valued=sh.MULTI_VALUED)
+    train_f, train_y, _ = gen.batch(batches * SPARSE_HEAVY_BATCH, "train")
+    hold_f, hold_y, _ = gen.batch(16 * SPARSE_HEAVY_BATCH, "holdout")
+    n_train = (batches - val_batches) * SPARSE_HEAVY_BATCH
+    train = sparse_heavy_dataset({k: v[:n_train] for k, v in train_f.items()},
+                                 train_y[:n_train], SPARSE_HEAVY_BATCH, multi)
+    val = (sparse_heavy_dataset({k: v[n_train:] for k, v in train_f.items()},
+                                train_y[n_train:], SPARSE_HEAVY_BATCH, multi)
+           if val_batches else None)
+    hold = sparse_heavy_dataset(hold_f, hold_y, SPARSE_HEAVY_BATCH, multi)
+    # The batch order is shuffled per seed (the examples are fixed).
+    return train.shuffle(batches, seed=seed), val, hold
+
+
+def criterion_run(case: str, setting: str, seed: int, early: bool,
+                  data_dir: str, batches: int = 64) -> dict:
+    """One model trained under criterion 1 (early=False: one pass) or 2
+    (early=True); returns {"auc": hold-out AUC, "epochs": epochs run,
+    "best_epoch": (criterion 2) the epoch whose weights were kept}."""
+    import numpy as np
+    import tf_keras
+
+    import tnet as tn
+    from tnet.data.metrics import auc as auc_of
+    side, acc, ftrl = parse_setting(setting)
+    tf_keras.utils.set_random_seed(seed)
+    callbacks = [_early_stopping()] if early else []
+    epochs = MAX_EPOCHS if early else 1
+    if case == "sparse_heavy":
+        from tools import _sparse_heavy as sh
+        train, val, hold = _sparse_heavy_data(
+            seed, batches, SPARSE_HEAVY_VAL_BATCHES if early else 0)
+        if side == "stock":
+            model = sh.build_stock(0.05, 2**20)
+            model.compile(tf_keras.optimizers.Adagrad(0.05),
+                          tf_keras.losses.BinaryCrossentropy(from_logits=True),
+                          metrics=[tf_keras.metrics.AUC(from_logits=True,
+                                                        name="auc")])
+        else:
+            from tnet import feature_column as fc
+            cats, multi, ints = sh.columns()
+            cols = [fc.embedding_column(fc.category_column(n),
+                                        sh.EMBEDDING_DIM, combiner="mean",
+                                        table="embedding")
+                    for n in cats + multi]
+            wide_opt = (None if ftrl is None else tn.optimizer.sparse.Ftrl(
+                0.2, initial_accumulator_value=ftrl))
+            model = tn.models.WideDeep(cols, ints,
+                                       embedding_dim=sh.EMBEDDING_DIM,
+                                       hidden_units=sh.HIDDEN,
+                                       train_metrics=False,
+                                       wide_optimizer=wide_opt)
+            okw = {} if acc is None else {"row_initial_accumulator_value": acc}
+            model.compile(tn.optimizer.Adagrad(0.05, **okw))
+        score = ((lambda f: model.logits(f, training=False)) if side == "tnet"
+                 else (lambda f: model(f, training=False)))
+    else:
+        dd = pathlib.Path(data_dir)
+        vr = VAL_ROWS[case] if early else 0
+        if case == "criteo":
+            data = user_models.criteo_data(dd, seed, val_rows=vr)
+            model = (user_models.criteo_user_wide_deep() if side == "tnet"
+                     else user_models.criteo_stock_wide_deep())
+        elif case == "avazu":
+            data = user_models.avazu_data(dd, seed, val_rows=vr)
+            model = (user_models.avazu_user_wide_deep() if side == "tnet"
+                     else user_models.avazu_stock_wide_deep())
+        elif case in ("criteo_wd", "avazu_wd"):
+            # tnet's own tn.models.WideDeep (as the CLI builds it: deep
+            # dim 8, wide part in-table FTRL lr 0.2) on the real rows; its
+            # stock counterpart is the user-model case's stock model.
+            from tnet import data as tn_data
+            is_criteo = case == "criteo_wd"
+            vr = VAL_ROWS[case[:-3]] if early else 0
+            data = (user_models.criteo_data if is_criteo
+                    else user_models.avazu_data)(dd, seed, val_rows=vr)
+            if side == "stock":
+                model = (user_models.criteo_stock_wide_deep() if is_criteo
+                         else user_models.avazu_stock_wide_deep())
+            else:
+                wide_opt = (None if ftrl is None else
+                            tn.optimizer.sparse.Ftrl(
+                                0.2, initial_accumulator_value=ftrl))
+                model = tn.models.WideDeep(
+                    tn_data.CRITEO_CAT_COLUMNS if is_criteo
+                    else tn_data.AVAZU_CAT_COLUMNS,
+                    tn_data.CRITEO_INT_COLUMNS if is_criteo else [],
+                    embedding_dim=8, hidden_units=user_models.HIDDEN,
+                    train_metrics=False, wide_optimizer=wide_opt,
+                    string_ids=not is_criteo)
+        elif case == "multi_valued":
+            data = user_models.multi_valued_data(seed, val_rows=vr)
+            model = (user_models.multi_valued_user_model() if side == "tnet"
+                     else user_models.multi_valued_stock_model())
+        else:
+            raise SystemExit(f"unknown case {case!r}; one of {SWEEP_CASES}")
+        train, val, hold = (data if early else (data[0], None, data[1]))
+        opt = user_models.optimizer("adagrad", side == "stock",
+                                    accumulator=acc)
+        if case.endswith("_wd") and side == "tnet":
+            model.compile(opt)    # its own loss and AUC metric
+            score = lambda f: model.logits(f, training=False)  # noqa: E731
+        else:
+            model.compile(opt, loss=tf_keras.losses.BinaryCrossentropy(
+                from_logits=True), metrics=[tf_keras.metrics.AUC(
+                    from_logits=True, name="auc")] if early else None)
+            score = lambda f: model(f, training=False)  # noqa: E731
+    hist = model.fit(train, epochs=epochs, validation_data=val,
+                     callbacks=callbacks, verbose=0)
+    labels, scores = [], []
+    for features, y in hold:
+        scores.append(np.asarray(score(features)).reshape(-1))
+        labels.append(np.asarray(y).reshape(-1))
+    out = {"auc": float(auc_of(np.concatenate(labels),
+                               np.concatenate(scores))),
+           "epochs": len(hist.epoch)}
+    if early:
+        val_auc = hist.history["val_auc"]
+        out["val_auc"] = [round(v, 5) for v in val_auc]
+        out["best_epoch"] = int(np.argmax(val_auc)) + 1
+    return out
+
+
+def sweep(what: str, early: bool, cases, settings, seeds, jsonl: str,
+          data_dir: str) -> None:
+    """Every (case, setting, seed) in this one process; each result is
+    appended to `jsonl` as it finishes (a rerun skips the done ones)."""
+    import gc
+    import math
+    import time
+
+    import tf_keras
+    done = set()
+    if os.path.exists(jsonl):
+        for line in open(jsonl):
+            if line.strip():
+                r = json.loads(line)
+                done.add((r["case"], r["setting"], r["seed"]))
+    commit = bc.run_info()["git_commit"]
+    for case in cases:
+        for setting in settings:
+            for seed in seeds:
+                if (case, setting, seed) in done:
+                    continue
+                start = time.time()
+                r = criterion_run(case, setting, seed, early, data_dir)
+                row = {"criterion": what, "case": case, "setting": setting,
+                       "seed": seed, **r, "finite": math.isfinite(r["auc"]),
+                       "seconds": round(time.time() - start, 1),
+                       "commit": commit,
+                       "date": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                             time.gmtime())}
+                with open(jsonl, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                print(json.dumps(row), flush=True)
+                tf_keras.backend.clear_session()
+                gc.collect()
+
+
+def sweep_table(jsonl: str) -> tuple[str, list]:
+    """Markdown table of a sweep: per case and setting the mean hold-out
+    AUC, the spread (max - min over seeds), the per-seed values and the
+    difference to stock and to the best setting of the case."""
+    rows = [json.loads(line) for line in open(jsonl) if line.strip()]
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r["case"], r["setting"]), []).append(r)
+    summary = []
+    for (case, setting), runs in sorted(groups.items()):
+        runs.sort(key=lambda r: r["seed"])
+        aucs = [r["auc"] for r in runs]
+        summary.append({"case": case, "setting": setting,
+                        "seeds": [r["seed"] for r in runs], "aucs": aucs,
+                        "mean": statistics.fmean(aucs),
+                        "spread": max(aucs) - min(aucs),
+                        "epochs": [r["epochs"] for r in runs],
+                        "best_epoch": [r.get("best_epoch") for r in runs]})
+    lines = ["| case | setting | seeds | mean AUC | spread | - stock | "
+             "- best | per seed | epochs run |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|"]
+    for s in summary:
+        same = [t for t in summary if t["case"] == s["case"]]
+        stock = next((t["mean"] for t in same if t["setting"] == "stock"),
+                     None)
+        best = max(t["mean"] for t in same if t["setting"] != "stock")
+        vs_stock = "" if stock is None else f"{s['mean'] - stock:+.4f}"
+        lines.append(
+            f"| {s['case']} | {s['setting']} | {len(s['aucs'])} | "
+            f"{s['mean']:.4f} | {s['spread']:.4f} | "
+            f"{vs_stock} | "
+            f"{s['mean'] - best:+.4f} | "
+            f"{' '.join(f'{a:.4f}' for a in s['aucs'])} | "
+            f"{' '.join(str(e) for e in s['epochs'])} |")
+    return "\n".join(lines), summary
+
+
+def write_sweep(crit: str, what: str, jsonl: str, out: str,
+                command: str) -> None:
+    info = bc.run_info()
+    table, summary = sweep_table(jsonl)
+    crit = ("criterion 1, one pass: every training example seen once, "
+            "hold-out AUC" if crit == "one_pass" else
+            f"criterion 2, early-stopped: up to {MAX_EPOCHS} epochs, "
+            "EarlyStopping(monitor='val_auc', patience=1, "
+            "restore_best_weights=True) on a validation split of the "
+            "training rows, hold-out AUC")
+    markdown = "\n".join([
+        bc.header_markdown(info, f"measure_defaults: {what}"), "",
+        f"- command: `{command}`", f"- {crit}",
+        "- settings: `stock` = tf_keras with Keras' defaults; `default` = "
+        "tnet's defaults at this commit; `A` = tnet with the Adagrad rows "
+        "(and WideDeep's wide FTRL rows) starting at A; `A/F` = Adagrad "
+        "rows from A, wide FTRL rows from F", "", table])
+    bc.write_results(out, info, [], markdown,
+                     {"command": command, "criterion": crit,
+                      "summary": summary,
+                      "runs": [json.loads(line) for line in open(jsonl)
+                               if line.strip()]})
+    print(markdown)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--one", help="case,side,optimizer,accumulator,seed"
@@ -277,7 +537,38 @@ def main() -> None:
     p.add_argument("--data_dir", default=str(
         pathlib.Path(bc.REPO_ROOT).parent / "shared" / "data"))
     p.add_argument("--out", default=bc.default_out_path("defaults"))
+    p.add_argument("--one_pass", action="store_true",
+                   help="criterion 1: one pass over the training rows")
+    p.add_argument("--early_stopping", action="store_true",
+                   help="criterion 2: up to 10 epochs, EarlyStopping on "
+                   "val_auc (patience 1, best weights restored)")
+    p.add_argument("--settings", default="stock,default,0.1,0.03,0.01,1e-3,"
+                   "1e-6", help="with --one_pass/--early_stopping: "
+                   "stock | default | A | A/F (see parse_setting)")
+    p.add_argument("--what", default=None,
+                   help="results name: bench/results/measure_defaults-"
+                   "<what>-<date>.{json,md} (default: the criterion)")
+    p.add_argument("--report", action="store_true",
+                   help="with --one_pass/--early_stopping: only write the "
+                   "results from the run log (bench/results/*.jsonl)")
     args = p.parse_args()
+    if args.one_pass or args.early_stopping:
+        if args.one_pass == args.early_stopping:
+            raise SystemExit("pass one of --one_pass, --early_stopping")
+        crit = "one_pass" if args.one_pass else "early_stopping"
+        what = args.what or crit
+        day = __import__("datetime").date.today().isoformat()
+        out = os.path.join(bc.RESULTS_DIR,
+                           f"measure_defaults-{what}-{day}.json")
+        jsonl = args.jsonl or out[:-len(".json")] + ".jsonl"
+        if not args.report:
+            sweep(crit, args.early_stopping,
+                  [c for c in args.cases.split(",")],
+                  args.settings.split(","), list(range(args.seeds)), jsonl,
+                  args.data_dir)
+        write_sweep(crit, what, jsonl, out, "python tools/measure_defaults.py "
+                    + " ".join(sys.argv[1:]))
+        return
     if args.summarize:
         print(summarize(args.summarize))
         return

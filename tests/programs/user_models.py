@@ -70,17 +70,24 @@ def optimizer(kind: str, stock: bool, lr: float | None = None,
 
 
 # ------------------------------------------------------------------ Criteo
-def criteo_data(data_dir: pathlib.Path, seed: int):
-    """(train, eval) datasets of real Criteo rows."""
+def criteo_data(data_dir: pathlib.Path, seed: int, val_rows: int = 0):
+    """(train, eval) datasets of real Criteo rows; with `val_rows`,
+    (train, validation, eval): the validation rows are the last
+    `val_rows` of the training rows, and training keeps the rest."""
     crit = pathlib.Path(data_dir) / "criteo"
     extra, dev = crit / "train_extra_nonhead.tsv", crit / "dev_head10k.tsv"
     with open(extra, "rb") as f:
         extra_rows = sum(1 for _ in f)
+    rows = extra_rows + CRITEO_TRAIN_DEV_ROWS - val_rows
     train = tn_data.criteo_dataset(
-        [extra, dev], CRITEO_BATCH, take=extra_rows + CRITEO_TRAIN_DEV_ROWS,
+        [extra, dev], CRITEO_BATCH, take=rows,
         shuffle_buffer=16_384, seed=seed)
     evals = tn_data.criteo_dataset(dev, 1024, skip=CRITEO_TRAIN_DEV_ROWS)
-    return train, evals
+    if not val_rows:
+        return train, evals
+    val = tn_data.criteo_dataset([extra, dev], 1024, skip=rows,
+                                 take=val_rows)
+    return train, val, evals
 
 
 def criteo_user_wide_deep(initializer: Any = None,
@@ -119,14 +126,20 @@ def criteo_stock_wide_deep(hidden: Sequence[int] = HIDDEN) -> tf_keras.Model:
 AVAZU_TRAIN_ROWS = 3000   # of the 3,856 rows in ../shared/data/avazu
 
 
-def avazu_data(data_dir: pathlib.Path, seed: int):
+def avazu_data(data_dir: pathlib.Path, seed: int, val_rows: int = 0):
     """(train, eval) datasets of the real Avazu rows (string tokens):
-    train on the first AVAZU_TRAIN_ROWS, score the rest (later hours)."""
+    train on the first AVAZU_TRAIN_ROWS, score the rest (later hours).
+    With `val_rows`, (train, validation, eval): the validation rows are
+    the last `val_rows` of the training rows."""
     path = pathlib.Path(data_dir) / "avazu" / "avazu_train_oct21-22.csv"
-    train = tn_data.avazu_dataset(path, CRITEO_BATCH, take=AVAZU_TRAIN_ROWS,
+    rows = AVAZU_TRAIN_ROWS - val_rows
+    train = tn_data.avazu_dataset(path, CRITEO_BATCH, take=rows,
                                   shuffle_buffer=4096, seed=seed)
     evals = tn_data.avazu_dataset(path, 1024, skip=AVAZU_TRAIN_ROWS)
-    return train, evals
+    if not val_rows:
+        return train, evals
+    val = tn_data.avazu_dataset(path, 1024, skip=rows, take=val_rows)
+    return train, val, evals
 
 
 def avazu_user_wide_deep(initializer: Any = None,
@@ -191,7 +204,8 @@ MV_BINS = 2**14          # stock rows per feature: every id its own row
 
 
 def multi_valued_data(seed: int, train_rows: int = 24_000,
-                      eval_rows: int = 8_000, batch: int = 256):
+                      eval_rows: int = 8_000, batch: int = 256,
+                      val_rows: int = 0):
     """Generated VarLen ids with a known label model.
 
     Each example has one id for each MV_SINGLE feature and 1..12 ids for
@@ -199,6 +213,8 @@ def multi_valued_data(seed: int, train_rows: int = 24_000,
     Every id has a true weight; the label is Bernoulli(sigmoid(sum of the
     single ids' weights + the mean weight of each multi-valued feature)).
     The data are fixed (seed 1234); `seed` only orders the training rows.
+    With `val_rows`, (train, validation, eval): the validation rows are
+    the last `val_rows` of the training rows, and training keeps the rest.
     """
     rng = np.random.default_rng(1234)
     rows = train_rows + eval_rows
@@ -242,6 +258,10 @@ def multi_valued_data(seed: int, train_rows: int = 24_000,
             gen, output_signature=(spec, tf.TensorSpec([None], tf.float32))
         ).cache()
 
+    if val_rows:
+        return (dataset(0, train_rows - val_rows, True),
+                dataset(train_rows - val_rows, train_rows, False),
+                dataset(train_rows, rows, False))
     return dataset(0, train_rows, True), dataset(train_rows, rows, False)
 
 
