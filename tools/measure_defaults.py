@@ -506,9 +506,9 @@ def write_sweep(crit: str, what: str, jsonl: str, out: str,
             "training rows, hold-out AUC")
     markdown = "\n".join([
         bc.header_markdown(info, f"measure_defaults: {what}"), "",
-        f"- command: `{command}`", f"- {crit}",
+        f"- {crit}",
         "- settings: `stock` = tf_keras with Keras' defaults; `default` = "
-        "tnet's defaults at this commit; `A` = tnet with the Adagrad rows "
+        "tnet's defaults at this commit (see README's defaults table); `A` = tnet with the Adagrad rows "
         "(and WideDeep's wide FTRL rows) starting at A; `A/F` = Adagrad "
         "rows from A, wide FTRL rows from F", "", table])
     bc.write_results(out, info, [], markdown,

@@ -88,11 +88,11 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
     """Keras Adagrad for dense variables, Adagrad inside the tables.
 
     Dense accumulators start at Keras' 0.1. Table rows start theirs at
-    `row_initial_accumulator_value`, by default 0.03
-    (tn.optimizer.sparse.ROW_INITIAL_ACCUMULATOR_VALUE): with Keras' 0.1 a
-    new row's first steps are ~1.8x smaller, and rare ids, most of a table,
-    learn slower (measured: BENCHMARKS.md "Defaults: the row
-    accumulator"). Passing `initial_accumulator_value` sets both, as in
+    `row_initial_accumulator_value`, by default 1e-6
+    (tn.optimizer.sparse.ROW_INITIAL_ACCUMULATOR_VALUE): from Keras' 0.1 a
+    new row's first steps are small, and rare ids, most of a table, learn
+    little in one pass (measured: BENCHMARKS.md "Defaults for one pass and
+    early stopping"). Passing `initial_accumulator_value` sets both, as in
     Keras; `row_initial_accumulator_value=0.1` gives Keras' behaviour
     back for the rows alone.
     """

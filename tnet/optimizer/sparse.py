@@ -143,17 +143,18 @@ class SGD(SparseRule):
 
 # Where a table row's Adagrad accumulator starts (tn.optimizer.Adagrad,
 # RowwiseAdagrad). Keras starts every accumulator at 0.1, which makes a new
-# row's first steps ~1.8x smaller than from 0.03; in a table where most
-# ids are rare, most rows then learn slowly. Smaller starts learn faster
-# over 2 epochs and overfit sooner: 1e-6 (what TFRA's rows effectively
-# get) loses to stock Keras over 10 epochs on real Criteo and the
-# multi-valued model, 0.01 on the TensorNet-style TFRecord model; 0.03
-# beat stock Keras and Keras' 0.1 for the rows on every data set at 2 and
-# 10 epochs (two-tower retrieval: within the seeds' noise of 0.1). Chosen
-# by measurement (tools/measure_defaults.py --one, BENCHMARKS.md
-# "Defaults: the row accumulator"). Keras' value:
+# row's first steps small; in a table where most ids are rare, most rows
+# are seen a few times and then learn almost nothing. From 1e-6 a row's
+# first step is about the learning rate whatever its gradient's scale, and
+# later steps shrink with the row's own accumulated gradients. Chosen by
+# measurement for one pass over the data (the regime of a stream) and for
+# early-stopped training (tools/measure_defaults.py --one_pass,
+# --early_stopping; BENCHMARKS.md "Defaults for one pass and early
+# stopping"): the best start measured in one pass on every data set, and
+# not below stock Keras early-stopped. Trained for many epochs without
+# early stopping it overfits sooner than 0.1. Keras' value:
 # KERAS_INITIAL_ACCUMULATOR_VALUE.
-ROW_INITIAL_ACCUMULATOR_VALUE = 0.03
+ROW_INITIAL_ACCUMULATOR_VALUE = 1e-6
 KERAS_INITIAL_ACCUMULATOR_VALUE = 0.1
 
 
@@ -161,8 +162,9 @@ class Adagrad(SparseRule):
     """Element-wise Adagrad, row for row as ResourceSparseApplyAdagradV2.
 
     The accumulator of a new row starts at `initial_accumulator_value`,
-    by default ROW_INITIAL_ACCUMULATOR_VALUE (0.03), not Keras' 0.1: rare
-    ids learn at full speed. Pass 0.1 for Keras' behaviour.
+    by default ROW_INITIAL_ACCUMULATOR_VALUE (1e-6), not Keras' 0.1: rare
+    ids learn at full speed from their first example. Pass 0.1 for Keras'
+    behaviour.
     """
 
     name = "adagrad"
