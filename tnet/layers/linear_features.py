@@ -16,7 +16,10 @@ class LinearFeatures(EmbeddingFeatures):
     Every column gets a 1-wide row per id in one shared table (ids are salted
     per column). The default in-table rule is FTRL (learning rate 0.2, as
     TensorFlow's canned linear models), the classic choice for sparse linear
-    models; pass `optimizer=` to change it. Weights start at 0.
+    models, with its accumulators starting at
+    sparse.WIDE_FTRL_INITIAL_ACCUMULATOR_VALUE (1e-3, not Keras' 0.1: a
+    rare id's weight moves in its first examples); pass `optimizer=` to
+    change it (`sparse.Ftrl(0.2)` for Keras' start). Weights start at 0.
     """
 
     def __init__(self, columns: Sequence[Any], optimizer: Any = None,
@@ -36,7 +39,10 @@ class LinearFeatures(EmbeddingFeatures):
             cats.append(fc.embedding_column(cat, 1, combiner="sum",
                                             table=table, initializer="zeros"))
         if optimizer is None:
-            optimizer = sparse.Ftrl(learning_rate=0.2)
+            optimizer = sparse.Ftrl(
+                learning_rate=0.2,
+                initial_accumulator_value=(
+                    sparse.WIDE_FTRL_INITIAL_ACCUMULATOR_VALUE))
         super().__init__(cats, optimizer=optimizer, **kwargs)
         self.use_bias = use_bias
 

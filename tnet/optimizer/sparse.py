@@ -157,6 +157,15 @@ class SGD(SparseRule):
 ROW_INITIAL_ACCUMULATOR_VALUE = 1e-6
 KERAS_INITIAL_ACCUMULATOR_VALUE = 0.1
 
+# Where the FTRL accumulators of tn.layers.LinearFeatures' default rule
+# start (the wide part of tn.models.WideDeep, DeepFM's first-order term):
+# from Keras' 0.1 a rare id's weight barely moves in one pass; from 1e-6
+# its first step is +-lr (0.2), too large for a wide weight. Chosen by
+# measurement like ROW_INITIAL_ACCUMULATOR_VALUE (BENCHMARKS.md "Defaults
+# for one pass and early stopping"). An Ftrl a user constructs keeps
+# Keras' 0.1.
+WIDE_FTRL_INITIAL_ACCUMULATOR_VALUE = 1e-3
+
 
 class Adagrad(SparseRule):
     """Element-wise Adagrad, row for row as ResourceSparseApplyAdagradV2.
