@@ -356,7 +356,7 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
                  else (lambda f: model(f, training=False)))
     else:
         dd = pathlib.Path(data_dir)
-        vr = VAL_ROWS[case] if early else 0
+        vr = VAL_ROWS[case.removesuffix("_wd")] if early else 0
         if case == "criteo":
             data = user_models.criteo_data(dd, seed, val_rows=vr)
             model = (user_models.criteo_user_wide_deep() if side == "tnet"
@@ -371,7 +371,6 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
             # stock counterpart is the user-model case's stock model.
             from tnet import data as tn_data
             is_criteo = case == "criteo_wd"
-            vr = VAL_ROWS[case[:-3]] if early else 0
             data = (user_models.criteo_data if is_criteo
                     else user_models.avazu_data)(dd, seed, val_rows=vr)
             if side == "stock":
