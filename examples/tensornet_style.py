@@ -12,7 +12,7 @@ day, and exports a servable SavedModel at the end.
 
 Run it again: it finds every day trained and the export written. The data are
 generated (a known logistic model of the ids) under WORKDIR/data/<day>/.
-README.md "Migrating from TensorNet" maps each TensorNet name used here.
+docs/guides/migrating.md maps each TensorNet name used here.
 """
 from __future__ import annotations
 

@@ -188,7 +188,7 @@ def test_worker_partition_job_finishes_and_the_other_worker_trains(
     # the exit with this reading inside (0.1-0.2 s in 2 runs here since).
     assert ended - done <= READ_BOUND, (ended - done, out[-3000:])
     # At-least-once, bounded: only the cut worker's step in flight can land
-    # and run again (README "Failures across hosts").
+    # and run again (docs/DESIGN.md "Failures across hosts").
     for table, extra in _extra_pushes(out, 16 * STEPS).items():
         assert 0 <= extra <= 1, (table, extra)
     for ps, extra in _extra_dense(out, 16 * STEPS).items():

@@ -30,7 +30,7 @@ def recount_steps(model, expected: int) -> int:
     a ps is retried until the ps answers. A failed attempt that reached
     the ps holding `iterations` may already have counted: the optimizer's
     `iterations += 1` waits on nothing but its own read, so it runs even
-    when the step's pulls from another ps fail (README "Failures across
+    when the step's pulls from another ps fail (docs/DESIGN.md "Failures across
     hosts"). Call this when every step has finished (the end of an epoch
     or of a `fit`), so the count, and every checkpoint step, epoch and
     batch derived from it, stays the steps scheduled. The one home of this
@@ -294,8 +294,11 @@ class TableMaintenance(tf_keras.callbacks.Callback):
         with `steps_per_epoch`); `every_n_epochs` applies as well.
       every_n_epochs: also run at the end of every n-th epoch (None / 0:
         not at epoch ends, except as the PSS fallback above).
-      show_decay_rate, show_threshold, ttl_steps: the eviction rule
-        (TensorNet's names; ttl in steps, 0 disables it).
+      show_decay_rate: each run multiplies every row's show count by this
+        (TensorNet's name; 1.0: no decay).
+      show_threshold: rows whose decayed show count falls below this are
+        freed (0: none by count).
+      ttl_steps: rows not updated for this many steps are freed (0: off).
       tables: names of the tables to maintain (None: all the model's).
       log_dir: if set, every run writes `table/<name>/<metric>` scalars
         there (tf.summary, step = optimizer.iterations).

@@ -120,7 +120,7 @@ def _mallopt(names, environ=None) -> dict:
 # sets TF_GRPC_DEFAULT_OPTIONS itself (TensorFlow reads it when it opens a
 # channel: "name=value,name=value"). Keepalive pings find a peer that went
 # silent (cut link, paused host) instead of waiting on its TCP connection
-# forever; see README "Failures across hosts" for what was measured.
+# forever; see docs/DESIGN.md "Failures across hosts" for what was measured.
 # Reconnect backoff 2 s (gRPC: a connect attempt may take up to
 # min_reconnect_backoff, 20 s by default, and waits grow to 120 s): a
 # channel whose connect attempt began during a cut was still failing steps
@@ -140,7 +140,7 @@ GRPC_DEFAULT_OPTIONS = ("grpc.keepalive_time_ms=5000,"
 # and 143 in earlier releases, where 138 (128 + SIGUSR1) is the one set
 # aside for a program's own retryable errors; 1-127 are permanent there.
 # 1 (an unexpected error), 2 (bad flags or TF_CONFIG) and 4 (bad input)
-# stay permanent: a restart would fail the same way. README "Failures
+# stay permanent: a restart would fail the same way. docs/DESIGN.md "Failures
 # across hosts".
 EXIT_RESTART = 138
 

@@ -313,7 +313,7 @@ class SparseTable(tf.Module):
       memory_budget_bytes: with a disk tier, the bytes of rows (weights,
         slots and meta) the table keeps in memory, split over shards; the
         other rows live in a file in `storage_dir` on each shard's host.
-        None: every row in memory. See README "Tables larger than memory".
+        None: every row in memory. See docs/guides/lifecycle.md "Tables larger than memory".
       storage_dir: a writable local directory for the tier (required with
         memory_budget_bytes; on a cluster, a path on every ps host).
     """

@@ -58,7 +58,7 @@ flags.DEFINE_integer("top_k", 100, "two_tower: ids returned by the "
                      "exported retriever.")
 flags.DEFINE_string("feature_spec", "", "A feature spec (JSON, or YAML "
                     "with PyYAML) describing your own data; overrides --data "
-                    "(see README 'Bring your own data').")
+                    "(see docs/guides/data-and-cli.md).")
 flags.DEFINE_enum("format", "tfrecord", ["tfrecord", "csv", "tsv", "parquet"],
                   "With --feature_spec: the files' format.")
 flags.DEFINE_string("days", "", "With --feature_spec: the daily loop over "

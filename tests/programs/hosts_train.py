@@ -82,7 +82,7 @@ class CountedWideDeep(WideDeep):
     optimizer's update of a dense variable on that ps can run. So a
     counter's total is the steps whose dense update reached its ps,
     however often a step was attempted (unlike optimizer.iterations, whose
-    += 1 waits on nothing but its own read: README "Failures across
+    += 1 waits on nothing but its own read: docs/DESIGN.md "Failures across
     hosts")."""
 
     def __init__(self, *args, num_ps=1, **kwargs):
@@ -190,4 +190,4 @@ def main() -> int:
 if __name__ == "__main__":
     from tnet import bind  # noqa: E402
     bind.ensure()  # a chief's port too stays on its TF_CONFIG address
-    tn.distribute.exit_now(main())  # no teardown (README "Failures across hosts")
+    tn.distribute.exit_now(main())  # no teardown (docs/DESIGN.md "Failures across hosts")

@@ -4,7 +4,7 @@
     columns = spec.embedding_columns()          # for EmbeddingFeatures / models
     ds = spec.dataset("data/2026-11-01/*", "tfrecord", batch_size=1024)
 
-A spec lists every feature the job reads (see README "Bring your own data"
+A spec lists every feature the job reads (see docs/guides/data-and-cli.md
 for each field):
 
     {"defaults": {"dim": 8, "table": "embedding"},
@@ -59,7 +59,7 @@ class SpecError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Feature:
-    """One feature of a spec (see the module docstring and README).
+    """One feature of a spec (see the module docstring and docs/guides/data-and-cli.md).
 
     name: the key in the features dict the models get.
     kind: id (one id per example), ids (a set of ids), sequence (ids in
