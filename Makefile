@@ -7,7 +7,25 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tnet-requirements
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh bench-tier bench-pss-bytes
+# The docs site (mkdocs.yml): its own venv, .venv-docs, from
+# requirements-docs.txt (no TensorFlow needed: the API reference is read
+# from the sources). `make docs` builds site/ with --strict (a broken link,
+# anchor or reference fails); `make docs-serve` previews it on :8000.
+DOCS_VENV ?= .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.tnet-docs-requirements
+
+$(DOCS_STAMP): requirements-docs.txt
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet -r requirements-docs.txt
+	touch $@
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
+
+docs-serve: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve
+
+.PHONY: docs docs-serve demo test test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh bench-tier bench-pss-bytes
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -133,7 +151,7 @@ bench-lifecycle: build
 bench: bench-ops bench-train bench-pss bench-saving bench-retrieval bench-lifecycle
 
 clean:
-	rm -rf build tnet/_lib/*.so *.egg-info
+	rm -rf build tnet/_lib/*.so *.egg-info site
 
 # Robustness (issue 7): longer runs than `make test`'s bounded ones.
 # fuzz: FUZZ_CASES random op calls (tests/test_fuzz_ops.py), new seeds each

@@ -124,9 +124,11 @@ def criteo_dataset(paths: PathLike | Sequence[PathLike], batch_size: int, *,
         move at most this far, as with a shuffle buffer, but not across
         window borders). Nearly free, unlike a per-row `Dataset.shuffle`.
       num_epochs: passes over the data; None or -1 repeats forever.
-      skip, take: select data lines by position in the concatenated files
+      skip: data lines to skip, by position in the concatenated files
         (before sharding and shuffling; malformed lines count too), e.g.
-        `take=8000` for training and `skip=8000` for evaluation.
+        `skip=8000` for evaluation.
+      take: data lines to read after `skip` (e.g. `take=8000` for
+        training).
       seed: shuffle seed (None: a different order each run).
       drop_remainder: drop the last partial batch.
       input_context: shards the input: by file when there are at least as

@@ -23,18 +23,25 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
       optimizer: the in-table rule for this layer's tables (a tnet or Keras
         optimizer, a rule or a name). None: the model's optimizer, attached
         when a `tn.Model` is compiled.
+      num_shards: shards per table; by default one shard per ps task under
+        ParameterServerStrategy, one local shard otherwise.
+      devices: the device of each shard (default: the ps tasks in order).
       seed: the tables' initializer seed; None: the global seed of
         `tf_keras.utils.set_random_seed` when one is set (at the tables'
         creation), else 0. See tn.SparseTable.
-      num_shards / devices: table placement; by default one shard per ps
-        task under ParameterServerStrategy, one local shard otherwise.
-      min_count / max_rows / admission_capacity: feature lifecycle defaults
-        for this layer's tables (see tn.SparseTable); a column's own
-        min_count / max_rows win.
-      memory_budget_bytes / storage_dir: the disk tier of each of this
-        layer's tables (see tn.SparseTable); a column's own win.
+      min_count: admission default for this layer's tables: an id gets a
+        row after this many shows (see tn.SparseTable); a column's own wins.
+      max_rows: row cap default for this layer's tables; a column's own
+        wins.
+      admission_capacity: ids counted while waiting for admission, per
+        shard.
+      memory_budget_bytes: the disk tier of each of this layer's tables:
+        bytes of rows kept in memory (see tn.SparseTable); a column's own
+        wins.
+      storage_dir: the disk tier's directory, local to each ps.
         `set_table_options` changes all of these until the tables are
         created.
+      **kwargs: Keras layer arguments (`name`, ...).
 
     Every table does one fused unique -> pull -> gather per call for all of
     its columns. In training (`training=True`) missing ids get rows; in

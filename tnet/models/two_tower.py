@@ -64,7 +64,8 @@ class TwoTower(Model):
     """Query tower x candidate tower, trained with in-batch softmax.
 
     Args:
-      user_id / item_id: names of the int64 id features.
+      user_id: name of the int64 user id feature.
+      item_id: name of the int64 item id feature.
       user_features: string feature names of the user (one token each).
         They share table "user" with the user id (keys salted per column):
         one fused lookup and one push per step for the whole user.
@@ -77,7 +78,8 @@ class TwoTower(Model):
       pooling: "mean" or "attention" (see SequenceEmbeddingFeatures; the
         attention query is the user's id and feature embeddings).
       embedding_dim: width of every id embedding.
-      hidden_units / output_dim: each tower's MLP and output width.
+      hidden_units: each tower's MLP widths.
+      output_dim: each tower's output width.
       normalize: L2-normalize both towers' outputs (cosine scores), which
         with a `temperature` below 1 trains faster and more stably than raw
         dot products on small data.
