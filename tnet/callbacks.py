@@ -117,6 +117,12 @@ class Checkpoint(tf_keras.callbacks.Callback):
     the workers; use `steps_per_epoch` to choose the save interval. Every
     row then streams from the ps tasks to the chief (see
     `tnet.saving.checkpoint`).
+
+    Example:
+        ```python
+        model.fit(data, epochs=10, callbacks=[
+            tn.callbacks.Checkpoint("/ckpt", every_n_epochs=1, keep=3, incremental=True)])
+        ```
     """
 
     def __init__(self, directory: str, every_n_steps: Optional[int] = None,
@@ -313,6 +319,13 @@ class TableMaintenance(tf_keras.callbacks.Callback):
     `tier_misses`, `tier_hit_rate` (since the previous measurement),
     `tier_resident`, `tier_on_disk`, `tier_disk_bytes` and
     `tier_writebacks`.
+
+    Example:
+        ```python
+        model.fit(data, callbacks=[tn.callbacks.TableMaintenance(
+            every_n_steps=1000, show_decay_rate=0.98, show_threshold=1.0,
+            ttl_steps=100_000, log_dir="/run/logs/tables")])
+        ```
     """
 
     METRICS = ("rows", "admitted", "rejected", "evicted", "bytes", "pending")
@@ -485,6 +498,14 @@ class PublishDeltas(tf_keras.callbacks.Callback):
     `rotate_update_key`: such a new base gets a new update key (see
     `tn.saving.publish_delta`).
     `published` lists the delta (or new base) directories it wrote.
+
+    Example:
+        ```python
+        tn.saving.export_for_serving(model, "/models/ranker/1", updatable=True)
+        model.fit(data, epochs=100, callbacks=[
+            tn.callbacks.Checkpoint("/ckpt", every_n_steps=1000, incremental=True),
+            tn.callbacks.PublishDeltas("/models/ranker/1", every_seconds=60)])
+        ```
     """
 
     def __init__(self, export_dir: str, every_n_steps: Optional[int] = None,

@@ -403,10 +403,35 @@ class _TnetTraining:
 
 
 class Model(_TnetTraining, tfrs.models.Model):
-    """Keras model with tnet tables; see the module docstring.
+    """A Keras model whose tnet tables train with it (extends
+    `tfrs.models.Model`).
 
-    `tn.Model(inputs, outputs)` builds a functional model with the same
-    training step (an instance of `tn.model.FunctionalModel`).
+    Three ways to write one, all with the same training step:
+
+    * functional: `tn.Model(inputs, outputs)` (an instance of
+      `tn.model.FunctionalModel`), then `compile(optimizer, loss, metrics)`;
+    * a subclass with `call`, then `compile(optimizer, loss, metrics)`;
+    * TFRS style: a subclass overriding `compute_loss(inputs, training)`,
+      then `compile(optimizer)`.
+
+    `train_step` pushes each table lookup's gradient to its table (the
+    in-table rule of the layer's or the compiled optimizer); `evaluate` and
+    `predict` never create rows. Override `transform_gradients` to clip or
+    scale dense and embedding gradients together.
+
+    Args:
+      *args: for the functional form, `inputs` and `outputs` as in
+        `tf.keras.Model`.
+      **kwargs: Keras model arguments (`name`, ...).
+
+    Example:
+        ```python
+        inputs = {"user_id": tf.keras.Input(shape=(), dtype=tf.int64, name="user_id")}
+        x = tn.layers.EmbeddingFeatures(
+            [fc.embedding_column(fc.category_column("user_id"), 16)])(inputs)
+        model = tn.Model(inputs, tf.keras.layers.Dense(1, "sigmoid")(x))
+        model.compile(tn.optimizer.Adagrad(0.05), loss="binary_crossentropy")
+        ```
     """
 
     def __new__(cls, *args, **kwargs):

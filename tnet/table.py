@@ -316,6 +316,13 @@ class SparseTable(tf.Module):
         None: every row in memory. See docs/guides/lifecycle.md "Tables larger than memory".
       storage_dir: a writable local directory for the tier (required with
         memory_budget_bytes; on a cluster, a path on every ps host).
+
+    Example:
+        ```python
+        table = tn.SparseTable("items", dim=16, optimizer=tn.optimizer.Adagrad(0.05))
+        rows = table.pull([42, 7], training=True)            # [2, 16]; new ids get rows
+        table.push([42, 7], grads=tf.ones([2, 16]), step=1)  # Adagrad in the table
+        ```
     """
 
     def __init__(self, name: str, dim: int, optimizer: Any = None,

@@ -47,6 +47,22 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
     its columns. In training (`training=True`) missing ids get rows; in
     inference (evaluate, predict) nothing is inserted and unknown ids read
     zeros.
+
+    Call:
+      `layer(features, training=False)`: `features` maps each column's key
+      to its ids, `[B]`, `[B, 1]`, `[B, L]` padded with -1 (or ""),
+      `tf.SparseTensor` or `tf.RaggedTensor`; returns `[B, sum of the
+      columns' dimensions]` float32.
+
+    Example:
+        ```python
+        fc = tn.feature_column
+        layer = tn.layers.EmbeddingFeatures([
+            fc.embedding_column(fc.category_column("user_id"), 16),
+            fc.embedding_column(fc.category_column("tags", dtype=tf.string), 8)])
+        out = layer({"user_id": tf.constant([1, 2]),
+                     "tags": tf.constant([["a", "b"], ["c", ""]])})   # [2, 24]
+        ```
     """
 
     def __init__(self, columns: Sequence[fc.EmbeddingColumn],

@@ -22,6 +22,15 @@ class SequencePooling(tf_keras.layers.Layer):
     rows it pulls, and a stock Keras model can use it on `Embedding`
     outputs, so both pool identically (see SequenceEmbeddingFeatures for
     "mean" and "attention").
+
+    Args:
+      pooling: "mean" or "attention".
+      dim: d, the width of each position.
+      max_length: L.
+      **kwargs: Keras layer arguments.
+
+    Call:
+      `layer(sequence [B, L, d], lengths [B], query=None)` -> `[B, d]`.
     """
 
     def __init__(self, pooling: str, dim: int, max_length: int, **kwargs):
@@ -93,6 +102,22 @@ class SequenceEmbeddingFeatures(EmbeddingFeatures):
         recent event, because which item was watched last matters beyond
         what it is. Padded positions get no weight; an empty history gives
         zeros, like "mean", so both degrade the same way for new users.
+
+    Args:
+      columns: `tn.feature_column.sequence_category_column`s embedded with
+        `tn.feature_column.embedding_column`.
+      optimizer: the in-table rule (None: the model's optimizer).
+      pooling: None, "mean" or "attention" (above).
+      **kwargs: Keras layer arguments, and the table options of
+        `EmbeddingFeatures`.
+
+    Example:
+        ```python
+        history = tn.feature_column.sequence_category_column("history", max_length=20)
+        seq = tn.layers.SequenceEmbeddingFeatures(
+            [tn.feature_column.embedding_column(history, 16)], pooling="mean")
+        pooled = seq({"history": tf.constant([[3, 4, -1], [5, -1, -1]])})  # [2, 16]
+        ```
     """
 
     def __init__(self, columns, optimizer=None, pooling: Optional[str] = None,

@@ -12,7 +12,24 @@ from tnet.models.base import CTRModel, mlp
 
 class DCN(CTRModel):
     """x0 = [embeddings, dense]; `num_cross` stacked `tfrs.layers.dcn.Cross`
-    layers (low-rank when `projection_dim` is set), then an MLP."""
+    layers (low-rank when `projection_dim` is set), then an MLP.
+
+    Args:
+      categorical: id feature names, or embedding columns (see CTRModel).
+      dense: float feature names.
+      embedding_dim: width of each id's embedding.
+      hidden_units: the MLP after the cross layers.
+      num_cross: how many cross layers.
+      projection_dim: the cross layers' low rank (None: full rank).
+      **kwargs: CTRModel's arguments.
+
+    Example:
+        ```python
+        model = tn.models.DCN(tn.data.CRITEO_CAT_COLUMNS, tn.data.CRITEO_INT_COLUMNS,
+                              num_cross=3, projection_dim=16)
+        model.compile(tn.optimizer.Adagrad(0.05))
+        ```
+    """
 
     def __init__(self, categorical: Sequence[str], dense: Sequence[str] = (),
                  embedding_dim: int = 8,

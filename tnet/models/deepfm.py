@@ -15,6 +15,19 @@ class DeepFM(CTRModel):
     The first-order term is `LinearFeatures`; the FM term is
     0.5 * sum_k((sum_f v_fk)^2 - sum_f v_fk^2) over the id embeddings, which
     the MLP shares.
+
+    Args:
+      categorical: id feature names, or embedding columns (see CTRModel).
+      dense: float feature names.
+      embedding_dim: width of each id's embedding (the FM factors).
+      hidden_units: the deep part's MLP.
+      **kwargs: CTRModel's arguments.
+
+    Example:
+        ```python
+        model = tn.models.DeepFM(tn.data.CRITEO_CAT_COLUMNS, tn.data.CRITEO_INT_COLUMNS)
+        model.compile(tn.optimizer.Adagrad(0.05))
+        ```
     """
 
     def __init__(self, categorical: Sequence[str], dense: Sequence[str] = (),

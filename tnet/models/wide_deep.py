@@ -13,6 +13,21 @@ class WideDeep(CTRModel):
     The wide part is `tn.layers.LinearFeatures` (one weight per id, FTRL in
     the table by default); the deep part embeds every id column
     (`embedding_dim`) and runs an MLP with `hidden_units`.
+
+    Args:
+      categorical: id feature names, or embedding columns (see CTRModel).
+      dense: float feature names.
+      embedding_dim: width of each id's embedding.
+      hidden_units: the deep part's MLP.
+      wide_optimizer: the wide part's in-table rule (default FTRL, lr 0.2).
+      **kwargs: CTRModel's arguments (`shared_table`, `label_key`, ...).
+
+    Example:
+        ```python
+        model = tn.models.WideDeep(tn.data.CRITEO_CAT_COLUMNS, tn.data.CRITEO_INT_COLUMNS)
+        model.compile(tn.optimizer.Adagrad(0.05))
+        model.fit(tn.data.SyntheticCriteo().dataset(100_000, batch_size=1024))
+        ```
     """
 
     def __init__(self, categorical: Sequence[str], dense: Sequence[str] = (),

@@ -75,6 +75,20 @@ def names() -> list[str]:
 
 
 class SGD(tf_keras.optimizers.SGD, _TnetOptimizer):
+    """Keras SGD for dense variables, SGD inside the tables.
+
+    Args:
+      learning_rate: for both (a float or a Keras schedule; the tables use
+        the optimizer's current rate at each step).
+      momentum: dense variables only (table rows keep no slot).
+      nesterov: dense variables only.
+      **kwargs: Keras optimizer arguments (`clipnorm`, ...).
+
+    Example:
+        ```python
+        model.compile(tn.optimizer.SGD(0.1), loss="binary_crossentropy")
+        ```
+    """
     rule_class = sparse.SGD
 
     def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False,
@@ -95,6 +109,21 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
     early stopping"). Passing `initial_accumulator_value` sets both, as in
     Keras; `row_initial_accumulator_value=0.1` gives Keras' behaviour
     back for the rows alone.
+
+    Args:
+      learning_rate: for both (a float or a Keras schedule).
+      initial_accumulator_value: as in Keras; when given, it sets the
+        table rows' start too.
+      epsilon: as in Keras.
+      row_initial_accumulator_value: the table rows' accumulator start
+        alone (default 0.03).
+      **kwargs: Keras optimizer arguments (`clipnorm`, ...).
+
+    Example:
+        ```python
+        model.compile(tn.optimizer.Adagrad(0.05), loss="binary_crossentropy")
+        keras_rows = tn.optimizer.Adagrad(0.05, row_initial_accumulator_value=0.1)
+        ```
     """
 
     rule_class = sparse.Adagrad
@@ -118,14 +147,36 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
 
 
 class RowwiseAdagrad(Adagrad):
-    """Adagrad for dense variables; one accumulator per row in tables."""
+    """Adagrad for dense variables; one accumulator per row in tables
+    (instead of one per weight: dim - 1 fewer floats per row).
+
+    Takes Adagrad's arguments.
+
+    Example:
+        ```python
+        model.compile(tn.optimizer.RowwiseAdagrad(0.05), loss="binary_crossentropy")
+        ```
+    """
 
     rule_class = sparse.RowwiseAdagrad
 
 
 class Adam(tf_keras.optimizers.Adam, _TnetOptimizer):
     """Keras Adam for dense variables; in tables each row keeps its own
-    update count for bias correction (see tn.optimizer.sparse.Adam)."""
+    update count for bias correction (see tn.optimizer.sparse.Adam).
+
+    Args:
+      learning_rate: for both (a float or a Keras schedule).
+      beta_1: as in Keras, for both.
+      beta_2: as in Keras, for both.
+      epsilon: as in Keras, for both.
+      **kwargs: Keras optimizer arguments (`clipnorm`, ...).
+
+    Example:
+        ```python
+        model.compile(tn.optimizer.Adam(1e-3), loss="binary_crossentropy")
+        ```
+    """
 
     rule_class = sparse.Adam
 
@@ -137,6 +188,25 @@ class Adam(tf_keras.optimizers.Adam, _TnetOptimizer):
 
 
 class Ftrl(tf_keras.optimizers.Ftrl, _TnetOptimizer):
+    """Keras FTRL for dense variables, FTRL inside the tables (the classic
+    rule for sparse linear models; `tn.layers.LinearFeatures` uses it by
+    default).
+
+    Args:
+      learning_rate: for both.
+      learning_rate_power: as in Keras, for both.
+      initial_accumulator_value: as in Keras, for both.
+      l1_regularization_strength: as in Keras, for both.
+      l2_regularization_strength: as in Keras, for both.
+      l2_shrinkage_regularization_strength: as in Keras, for both.
+      beta: as in Keras, for both.
+      **kwargs: Keras optimizer arguments.
+
+    Example:
+        ```python
+        wide = tn.layers.LinearFeatures(columns, optimizer=tn.optimizer.Ftrl(0.2))
+        ```
+    """
     rule_class = sparse.Ftrl
 
     def __init__(self, learning_rate=0.001, learning_rate_power=-0.5,

@@ -164,6 +164,12 @@ def save(model, directory: str, step: Optional[int] = None,
 
     Returns the checkpoint path. Do not train or evict concurrently: the
     export cursor walks live shards (compaction moves rows).
+
+    Example:
+        ```python
+        path = tn.saving.save(model, "/ckpt")             # /ckpt/ckpt-<step>
+        tn.saving.save(model, "/ckpt", incremental=True)  # a delta on the newest
+        ```
     """
     say = progress or _default_progress
     tables = _model_tables(model)

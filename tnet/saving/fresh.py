@@ -644,6 +644,13 @@ def publish_delta(model, export_dir: str,
     the current one (its key file), or gets a new one with
     `rotate_update_key` (the key file then holds the new key and, second,
     the previous one).
+
+    Example:
+        ```python
+        tn.saving.export_for_serving(model, "/models/ranker/1", updatable=True)
+        model.fit(data)
+        tn.saving.publish_delta(model, "/models/ranker/1")  # .../deltas/delta-000001
+        ```
     """
     current = newest_export(export_dir)
     pub = publisher(model, current)

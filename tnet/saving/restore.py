@@ -50,6 +50,12 @@ def restore(model, path: str, track_changes: bool = False,
 
     Everything is verified (files, checksums, table shapes, dtypes) before
     the model changes; a failure raises CheckpointError naming the file.
+
+    Example:
+        ```python
+        step = tn.saving.restore(model, "/ckpt")   # the newest checkpoint in /ckpt
+        step = tn.saving.restore(model, tn.saving.latest_checkpoint("/ckpt"))
+        ```
     """
     say = progress or _default_progress
     start = time.monotonic()

@@ -114,7 +114,15 @@ def serving_version(target) -> (int, str):
 
 
 class Follower:
-    """Applies the deltas of `export_dir` to `targets` (see module doc)."""
+    """Applies the deltas of `export_dir` to `targets` (see module doc).
+
+    Example:
+        ```python
+        from tnet.serving import follow
+        targets = [follow.GrpcTarget("localhost:8500", "ranker")]
+        follow.Follower("/models/ranker/1", targets).step()  # apply newer deltas once
+        ```
+    """
 
     def __init__(self, export_dir: str, targets: List,
                  chunk_bytes: int = CHUNK_BYTES, say=None,
