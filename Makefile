@@ -25,7 +25,7 @@ docs: $(DOCS_STAMP)
 docs-serve: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve
 
-.PHONY: docs docs-serve demo test test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh bench-tier bench-pss-bytes
+.PHONY: docs docs-serve wheel-check demo test test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh bench-tier bench-pss-bytes
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -40,7 +40,7 @@ build: $(STAMP)
 	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
 
 # A wheel with the op library and the bind shim inside, for this platform,
-# Python and TensorFlow (version 0.1.0+tf<X.Y.Z>, requires tensorflow==X.Y.Z;
+# Python and TensorFlow (version 0.2.0+tf<X.Y.Z>, requires tensorflow==X.Y.Z;
 # tnet/_lib/build_info.json records it): dist/tnet-*.whl. Install it with
 # pip into any environment that has that TensorFlow. DIST: where it goes.
 DIST ?= dist
@@ -48,6 +48,13 @@ wheel: $(STAMP)
 	rm -rf build/lib* build/bdist*
 	$(PY) -m pip wheel --quiet --no-build-isolation --no-deps -w $(DIST) .
 	@ls -1 $(DIST)/tnet-*.whl
+
+# The wheel installed into a fresh venv (build/wheel-check/venv) with the
+# lowest version of every range it declares, then a model through fit,
+# save, restore in a fresh process, export and a load without tnet
+# (tools/wheel_check.py). Downloads those versions on first use.
+wheel-check: $(STAMP)
+	$(PY) tools/wheel_check.py
 
 # The main job on its embedded default: a local cluster (2 ps, 2 workers) on
 # 127.0.0.1 trains Wide&Deep on synthetic data, evaluates, exports a

@@ -12,9 +12,13 @@ LD_PRELOAD library (see tnet/bind.py).
 
 `make wheel` (pip wheel --no-build-isolation) packs both libraries into a
 wheel for this platform and Python, tagged for the TensorFlow it was built
-against: the version carries it as a local label (0.1.0+tf2.21.0), the
-metadata pins that TensorFlow, and tnet/_lib/build_info.json beside the
-library records it; tnet/_ops.py checks it before loading the library.
+against: the version carries it as a local label (0.2.0+tf2.21.0), the
+metadata pins that TensorFlow (and the tf-keras of its minor version), and
+tnet/_lib/build_info.json beside the library records it; tnet/_ops.py
+checks it before loading the library. Everything else is a range (a
+library must install beside its users' other tools); requirements.txt
+stays the pinned development environment, and `make wheel-check` installs
+the wheel with the lowest version of each range and uses it.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import shlex
 import subprocess
 import sys
@@ -32,7 +37,10 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = pathlib.Path(__file__).resolve().parent
 OPS = ROOT / "tnet_ops"
-BASE_VERSION = "0.1.0"
+# The one version: tnet/__init__.py's __version__.
+BASE_VERSION = re.search(r'^__version__ = "([^"]+)"',
+                         (ROOT / "tnet" / "__init__.py").read_text(),
+                         re.M)[1]
 
 
 def _tf_flags() -> tuple[list[str], list[str]]:
@@ -144,21 +152,44 @@ def _write_build_info(lib_dir: pathlib.Path) -> None:
 
 
 def _version() -> str:
-    """0.1.0+tf<version>: a wheel says which TensorFlow it was built for."""
+    """0.2.0+tf<version>: a wheel says which TensorFlow it was built for."""
     tf_version = _tf_version()
     return f"{BASE_VERSION}+tf{tf_version}" if tf_version else BASE_VERSION
 
 
+# What tnet itself imports, as ranges: the lowest versions are what
+# `make wheel-check` installs and runs (numpy and h5py: TensorFlow 2.21's own
+# lower bounds).
+RANGES = [
+    "tensorflow-recommenders>=0.7.3",
+    "numpy>=1.26",
+    "h5py>=3.11",
+    "absl-py>=1.0",
+]
+EXTRAS = {
+    "parquet": ["pyarrow>=14"],   # tnet.data: format="parquet"
+}
+
+
 def _runtime_requirements() -> list[str]:
-    """The pinned runtime block of requirements.txt (one source of truth:
-    the op library links against exactly that TensorFlow)."""
-    reqs = []
-    for line in (ROOT / "requirements.txt").read_text().splitlines():
-        if line.startswith("# Tests"):
-            break
-        if line.strip() and not line.startswith("#"):
-            reqs.append(line.strip())
-    return reqs
+    """Exactly the TensorFlow the op library links against (its C++ API
+    has no stable ABI) and the tf-keras of that minor version; ranges for
+    the rest."""
+    tf_version = _tf_version()
+    if not tf_version:
+        return ["tensorflow", "tf-keras", *RANGES]
+    minor = ".".join(tf_version.split(".")[:2])
+    return [f"tensorflow=={tf_version}", f"tf-keras=={minor}.*", *RANGES]
+
+
+def _extras() -> dict[str, list[str]]:
+    """`tnet[parquet]`, `tnet[serving]` (the follower's gRPC client: the
+    serving API of the same TensorFlow minor version)."""
+    tf_version = _tf_version()
+    minor = ".".join(tf_version.split(".")[:2]) if tf_version else ""
+    serving = (f"tensorflow-serving-api=={minor}.*" if minor
+               else "tensorflow-serving-api")
+    return {**EXTRAS, "serving": [serving]}
 
 
 setup(
@@ -169,6 +200,8 @@ setup(
     packages=find_packages(include=["tnet", "tnet.*"]),
     python_requires=">=3.11,<3.12",   # what is pinned and tested
     install_requires=_runtime_requirements(),
+    extras_require=_extras(),
+    package_data={"tnet": ["py.typed"]},
     ext_modules=[Extension("tnet._lib.libtnet_ops", sources=[]),
                  Extension("tnet._lib.libtnet_bind", sources=[])],
     cmdclass={"build_ext": BuildOps},

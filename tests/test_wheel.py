@@ -125,6 +125,14 @@ def test_wheel_installs_and_trains_in_a_fresh_venv(tmp_path):
         meta = z.read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert info["tensorflow"] == tf.__version__
     assert f"Requires-Dist: tensorflow=={tf.__version__}" in meta
+    # Only TensorFlow (and its tf-keras) pinned; ranges for the rest, and
+    # the extras; typed.
+    minor = ".".join(tf.__version__.split(".")[:2])
+    assert f"Requires-Dist: tf-keras=={minor}.*" in meta, meta
+    assert "Requires-Dist: numpy>=" in meta and "numpy==" not in meta, meta
+    assert "pandas" not in meta, meta
+    assert "Provides-Extra: parquet" in meta and "Provides-Extra: serving" in meta
+    assert "tnet/py.typed" in names
 
     py = _fresh_venv(tmp_path)
     work = tmp_path / "work"  # no checkout on the path: cwd is elsewhere

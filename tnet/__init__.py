@@ -53,4 +53,6 @@ with log.hold_startup_chatter(log.quiet_tensorflow()):
 
 __all__ = ["SparseTable", "Model", "bind", "callbacks", "data", "distribute", "feature_column", "layers", "log",
            "model", "models", "optimizer", "saving"]
-__version__ = "0.1.0"
+# The package version (setup.py reads it from here; a wheel adds
+# "+tf<X.Y.Z>", the TensorFlow its op library was built for).
+__version__ = "0.2.0"
