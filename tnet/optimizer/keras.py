@@ -116,7 +116,7 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
         table rows' start too.
       epsilon: as in Keras.
       row_initial_accumulator_value: the table rows' accumulator start
-        alone (default 0.03).
+        alone (default 1e-6).
       **kwargs: Keras optimizer arguments (`clipnorm`, ...).
 
     Example:
