@@ -18,7 +18,8 @@ from tnet import distribute as tn_distribute
 from tnet.saving import checkpoint as ckpt
 from tnet.saving.files import logger as _ckpt_logger
 
-__all__ = ["Checkpoint", "TableMaintenance", "PublishDeltas", "recount_steps"]
+__all__ = ["Checkpoint", "StreamCheckpoint", "TableMaintenance",
+           "PublishDeltas", "recount_steps"]
 
 
 def recount_steps(model, expected: int) -> int:
@@ -277,9 +278,155 @@ class Checkpoint(tf_keras.callbacks.Callback):
                 self.last_saved_path = ckpt.save(
                     self.model, self.directory, step=step,
                     incremental=self.incremental, keep=self.keep,
-                    full_every=self.full_every, progress=self._say)
+                    full_every=self.full_every, progress=self._say,
+                    state=self._state())
                 self.last_saved_step = step
         tn_distribute.through_ps_cut(write, what or f"checkpoint ckpt-{step}")
+
+    def _state(self) -> Optional[dict]:
+        """Extra JSON state saved inside each checkpoint (subclasses)."""
+        return None
+
+
+class StreamCheckpoint(Checkpoint):
+    """Checkpoints a `fit` over `tn.data.stream_dataset`: the tables and
+    the stream's ledger of trained files in one atomic checkpoint, at file
+    boundaries only, so a rerun after a kill trains every landed file
+    exactly once.
+
+        stream = tn.data.FileStream("/data/clicks", idle_seconds=600)
+        data = tn.data.stream_dataset(spec, stream, "tfrecord", 1024)
+        model.fit(data, callbacks=[
+            tn.callbacks.StreamCheckpoint("/ckpt", stream, every_n_files=10)])
+
+    On train begin it restores the newest checkpoint (tables, dense state,
+    the ledger) before the stream lists anything. After each step it moves
+    the files whose batches have all been trained into the ledger, and
+    saves when `every_n_files` files were trained since the last save or
+    `every_seconds` have passed, at the first step that ends a file (a
+    stream has no epochs); and once more at train end (the stream stops at
+    a file boundary: `stream.stop()`, its idle time, a damaged file under
+    bad_files="fail"). A file interrupted by a kill is not in any ledger:
+    the rerun trains it from its start against the tables saved before it.
+
+    One process, `steps_per_execution=1` (a step must end on each file
+    boundary). Other arguments as `Checkpoint`'s.
+    """
+
+    def __init__(self, directory: str, stream, every_n_files: Optional[int] = None,
+                 every_seconds: Optional[float] = None, keep: Optional[int] = 3,
+                 incremental: bool = False,
+                 full_every: int = ckpt.DEFAULT_FULL_EVERY, verbose: int = 1,
+                 maintenance: Optional["TableMaintenance"] = None):
+        super().__init__(directory, every_n_steps=None, every_n_epochs=None,
+                         keep=keep, incremental=incremental,
+                         full_every=full_every, restore=True, verbose=verbose,
+                         maintenance=maintenance)
+        from tnet.data.stream import FileStream  # noqa: PLC0415
+        stream = getattr(stream, "stream", stream)  # a stream_dataset too
+        if not isinstance(stream, FileStream):
+            raise TypeError("StreamCheckpoint(stream=...) takes the "
+                            "tn.data.FileStream (or the stream_dataset) it "
+                            f"checkpoints, got {type(stream).__name__}")
+        for name, value in (("every_n_files", every_n_files),
+                            ("every_seconds", every_seconds)):
+            if value is not None and (isinstance(value, bool) or value <= 0):
+                raise ValueError(f"{name} must be > 0 or None, got {value!r}")
+        self.stream = stream
+        self.every_n_files = int(every_n_files) if every_n_files else None
+        self.every_seconds = float(every_seconds) if every_seconds else None
+        stream.attach()
+        self._it0 = 0
+        self._trained = 0
+        self._files_since = 0
+        self._last_time = 0.0
+        self._boundary = 0  # batches trained at the newest file end
+
+    def _implements_train_batch_hooks(self):
+        return True
+
+    def set_model(self, model):
+        super().set_model(model)
+        if _under_pss(model):
+            raise ValueError("tn.callbacks.StreamCheckpoint runs in one "
+                             "process: a stream_dataset is read by a Python "
+                             "thread of the chief")
+
+    def on_train_begin(self, logs=None):
+        import time  # noqa: PLC0415
+        from tnet.data.stream import Ledger  # noqa: PLC0415
+        per_call = getattr(self.model, "_steps_per_execution", None)
+        if per_call is not None and int(per_call.numpy()) != 1:
+            raise ValueError("StreamCheckpoint needs steps_per_execution=1 "
+                             "(checkpoints fall on file boundaries)")
+        super().on_train_begin(logs)
+        ledger = Ledger()
+        if self.restored_path is not None:
+            ledger = Ledger.from_json(ckpt.read_state(self.restored_path,
+                                                      "stream"))
+            self._say(f"stream ledger: {len(ledger)} files trained before "
+                      f"{os.path.basename(self.restored_path)}")
+        self._it0 = self._step()
+        self._trained = 0
+        self._files_since = 0
+        self._boundary = 0
+        self._last_time = time.monotonic()
+        self.stream.start(ledger)
+
+    def _consume(self) -> bool:
+        """Moves trained files into the ledger; True at a file boundary."""
+        feed = getattr(self.stream, "_feed", None)
+        if feed is None:
+            return self._trained == 0
+        before = self.stream.entries_consumed
+        end = feed.consume_through(self._trained)
+        if end >= 0:
+            self._boundary = end
+        self._files_since += self.stream.entries_consumed - before
+        return self._trained == self._boundary
+
+    def _due(self) -> bool:
+        import time  # noqa: PLC0415
+        if not self._files_since:
+            return False
+        if self.every_n_files and self._files_since >= self.every_n_files:
+            return True
+        return bool(self.every_seconds and time.monotonic() - self._last_time
+                    >= self.every_seconds)
+
+    def _save_stream(self) -> None:
+        import time  # noqa: PLC0415
+        self._save(self._step(), "the stream's checkpoint")
+        self._files_since = 0
+        self._last_time = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._trained += 1  # steps_per_execution=1: one call per step
+        if self._consume() and self._due():
+            self._save_stream()
+
+    def on_epoch_end(self, epoch, logs=None):
+        pass  # a stream has no epochs
+
+    def on_train_end(self, logs=None):
+        self.finish()
+        super().on_train_end(logs)
+
+    def finish(self) -> None:
+        """The end of a stream's `fit`: the files trained go into the
+        ledger and a last checkpoint is written. `on_train_end` calls it;
+        call it yourself when `fit` raised Keras' "Empty logs" error (a
+        run that trained no batch, e.g. only damaged files landed)."""
+        # The step that met the end of the data counted in
+        # optimizer.iterations without training: count the steps trained.
+        if self._step() > self._it0 + self._trained:
+            self.model.optimizer.iterations.assign(self._it0 + self._trained)
+        if self._consume() and (self._files_since
+                                or self.last_saved_step is None):
+            self._save_stream()
+
+    def _state(self) -> Optional[dict]:
+        return {"stream": self.stream.ledger_state()}
 
 
 class TableMaintenance(tf_keras.callbacks.Callback):

@@ -66,6 +66,35 @@ flags.DEFINE_string("days", "", "With --feature_spec: the daily loop over "
                     "list; needs --day_pattern and --checkpoint_dir.")
 flags.DEFINE_string("day_pattern", "", "With --days: the files of one day, "
                     "'{day}' replaced by the day, e.g. 'data/{day}/*'.")
+flags.DEFINE_string("stream", "", "With --feature_spec: train "
+                    "continuously on the files of this directory or glob as "
+                    "they land, in name order, each exactly once across "
+                    "restarts (with --checkpoint_dir); see "
+                    "docs/guides/online-training.md.")
+flags.DEFINE_enum("stream_landed", "rename", ["rename", "done", "success"],
+                  "With --stream: when a file counts as landed: rename (its "
+                  "final name is listed; write under a '.'/'_' name or a "
+                  ".tmp suffix, then rename), done (<file>.done exists), "
+                  "success (_SUCCESS exists in its directory).")
+flags.DEFINE_float("stream_poll_secs", 1.0, "With --stream: seconds between "
+                   "listings when there is nothing to read.")
+flags.DEFINE_float("stream_idle_secs", 0, "With --stream: stop (after a "
+                   "checkpoint) when no new file landed for this long; 0: "
+                   "run until SIGTERM.")
+flags.DEFINE_float("stream_max_file_age_secs", 7 * 86400, "With --stream: "
+                   "the ledger of trained files keeps files modified within "
+                   "this age; older files are taken as trained (named in the "
+                   "log, not read).")
+flags.DEFINE_enum("bad_files", "skip", ["skip", "fail"], "With --stream: a "
+                  "damaged file (named file:record) is recorded as bad and "
+                  "skipped, or stops the run after a checkpoint with exit "
+                  "status 4.")
+flags.DEFINE_integer("checkpoint_every_n_files", 0, "With --stream: "
+                     "checkpoint after every N files (0: off).")
+flags.DEFINE_float("checkpoint_every_seconds", 0, "With --stream: "
+                   "checkpoint at the first file boundary S seconds after "
+                   "the previous checkpoint (0: off). Either way a stream "
+                   "checkpoints when it stops.")
 flags.DEFINE_list("train_files", [], "Training files (criteo / avazu / "
                   "--feature_spec); globs allowed.")
 flags.DEFINE_list("eval_files", [], "Evaluation files; default: the rows of "
@@ -308,6 +337,10 @@ def run() -> dict:
     strategy = tn.distribute.ParameterServerStrategy()
     distributed = tn.distribute.is_parameter_server_strategy(strategy)
     _check_model_data()
+    if FLAGS.stream:
+        from tnet import train_stream  # noqa: PLC0415
+        train_stream.check_flags(distributed)
+        return train_stream.run_stream(strategy, sys.modules[__name__])
     if FLAGS.feature_spec and FLAGS.days:
         from tnet import train_daily  # noqa: PLC0415
         return train_daily.run_days(strategy, distributed,

@@ -10,11 +10,11 @@
   export_dir)` streams changed rows to it (see `tnet.saving.fresh`).
 """
 from tnet.saving.checkpoint import (CheckpointError, latest_checkpoint,
-                                    list_checkpoints, read_manifest, restore,
-                                    save)
+                                    list_checkpoints, read_manifest,
+                                    read_state, restore, save)
 from tnet.saving.export import ExportWriteError, export_for_serving
 from tnet.saving.fresh import DeltaError, publish_delta
 
 __all__ = ["save", "restore", "latest_checkpoint", "list_checkpoints",
-           "read_manifest", "CheckpointError", "export_for_serving",
+           "read_manifest", "read_state", "CheckpointError", "export_for_serving",
            "ExportWriteError", "publish_delta", "DeltaError"]

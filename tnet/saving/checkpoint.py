@@ -35,6 +35,10 @@ Layout of `<dir>/ckpt-<step>/`:
   the order of their `freed` tables, datasets `freed_0`, `freed_1`, ...):
   the keys freed since that publisher's last delta, which a trainer
   restored from this checkpoint publishes in its first delta.
+* `state/<name>.json` (`save(..., state={name: value})`): a caller's own
+  JSON state saved atomically with the tables, e.g. a stream's ledger of
+  trained files (`tnet.data.stream`); `manifest["state"]` lists the names
+  and `read_state(path, name)` reads one back, checked like every file.
 
 Atomicity: everything is written into `<dir>/.ckpt-<step>.tmp-*`, the
 manifest last, every file and directory fsynced, then the directory is
@@ -128,13 +132,14 @@ from tnet.saving.manifest import (
     _jsonable, _manifest_digest, _TMP_RE, CheckpointError,
     CheckpointWriteError, DEFAULT_CHUNK_ROWS, DEFAULT_FULL_EVERY, DTYPES,
     FORMAT, FORMAT_VERSION, latest_checkpoint, list_checkpoints, MANIFEST,
-    read_manifest, SHARD_FUNCTION)
+    read_manifest, read_state, SHARD_FUNCTION)
 from tnet.saving.model_state import _model_tables, _train_step, _write_dense
 from tnet.saving.restore import restore
 from tnet.table import SparseTable
 
 __all__ = ["save", "restore", "latest_checkpoint", "list_checkpoints",
-           "read_manifest", "CheckpointError", "CheckpointWriteError"]
+           "read_manifest", "read_state", "CheckpointError",
+           "CheckpointWriteError"]
 
 
 # ------------------------------------------------------------------ save
@@ -142,7 +147,8 @@ def save(model, directory: str, step: Optional[int] = None,
          incremental: bool = False, keep: Optional[int] = None,
          full_every: int = DEFAULT_FULL_EVERY,
          chunk_rows: int = DEFAULT_CHUNK_ROWS,
-         progress: Optional[Progress] = None) -> str:
+         progress: Optional[Progress] = None,
+         state: Optional[Dict[str, Any]] = None) -> str:
     """Writes a checkpoint of `model` to `<directory>/ckpt-<step>`.
 
     Args:
@@ -161,6 +167,9 @@ def save(model, directory: str, step: Optional[int] = None,
       chunk_rows: rows per export call / HDF5 append.
       progress: callable taking a progress line (default: logging INFO on
         the "tnet.checkpoint" logger).
+      state: {name: JSON value} written as `state/<name>.json` inside the
+        checkpoint (so it is exactly as atomic as the tables); read it
+        back with `read_state`.
 
     Returns the checkpoint path. Do not train or evict concurrently: the
     export cursor walks live shards (compaction moves rows).
@@ -205,7 +214,8 @@ def save(model, directory: str, step: Optional[int] = None,
     start = time.monotonic()
     try:
         path, summary = _write(model, tables, directory, step, train_step,
-                               parent, reason, chunk_rows, incremental, say)
+                               parent, reason, chunk_rows, incremental, say,
+                               state)
     except CheckpointError:
         raise
     except OSError as e:
@@ -311,7 +321,7 @@ def _delta_parent(directory, tables, step, train_step, full_every):
 
 
 def _write(model, tables, directory, step, train_step, parent, full_reason,
-           chunk_rows, track, say):
+           chunk_rows, track, say, state=None):
     final = os.path.join(directory, f"ckpt-{step}")
     ckpt_id = uuid.uuid4().hex
     # .ckpt-<step>.tmp-*, every file fsynced, renamed (files.publish_dir).
@@ -345,6 +355,7 @@ def _write(model, tables, directory, step, train_step, parent, full_reason,
             written += info["rows_written"]
         manifest["dense"] = _write_dense(model, tmp)
         manifest["publishers"] = _write_publishers(model, tmp)
+        manifest["state"] = _write_state(tmp, state or {})
         files = {}
         for root, _, names in os.walk(tmp):
             for fname in sorted(names):
@@ -487,6 +498,18 @@ def _write_publishers(model, tmp: str) -> list:
             "freed": {name: int(len(record["freed"][name]))
                       for name in names}})
     return entries
+
+
+def _write_state(tmp: str, state: Dict[str, Any]) -> list:
+    names = sorted(state)
+    for name in names:
+        if _safe_name(name) != name:
+            raise ValueError(f"save(state=...): {name!r} is not a plain name "
+                             "(letters, digits, '-', '_', '.')")
+        os.makedirs(os.path.join(tmp, "state"), exist_ok=True)
+        with open(os.path.join(tmp, "state", f"{name}.json"), "w") as f:
+            json.dump(state[name], f, sort_keys=True)
+    return names
 
 
 def _remove_stale_temps(directory: str) -> None:

@@ -98,6 +98,30 @@ def read_manifest(path: str) -> Dict[str, Any]:
     return manifest
 
 
+def read_state(path: str, name: str) -> Optional[Any]:
+    """The JSON state `name` that `save(..., state={name: ...})` wrote into
+    checkpoint `path`, or None when it holds none. Its size and sha256 are
+    checked against the manifest (a damaged file raises CheckpointError)."""
+    manifest = read_manifest(path)
+    if name not in manifest.get("state", []):
+        return None
+    rel = os.path.join("state", f"{name}.json")
+    file = os.path.join(os.fspath(path), rel)
+    expect = manifest.get("files", {}).get(rel)
+    try:
+        with open(file, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise CheckpointError(f"checkpoint state file {file} is missing or "
+                              f"unreadable: {e}", file) from None
+    if expect is None or len(data) != expect["bytes"] or hashlib.sha256(
+            data).hexdigest() != expect["sha256"]:
+        raise CheckpointError(f"checkpoint state file {file} is corrupted "
+                              "(its size or sha256 does not match the "
+                              "manifest)", file)
+    return json.loads(data)
+
+
 def _manifest_digest(manifest: Dict[str, Any]) -> str:
     """sha256 of the manifest's canonical JSON without this field."""
     body = {k: v for k, v in manifest.items() if k != "manifest_sha256"}

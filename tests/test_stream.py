@@ -1,0 +1,406 @@
+"""Training on files as they land (tnet/data/stream.py, StreamCheckpoint,
+`python -m tnet.train --stream`): name order, landing conventions, late
+files, damaged files, a writer faster than training, and exactly once
+across kill -9 (the tables bit-identical to an uninterrupted run)."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+import tnet as tn
+import tensorflow as tf
+import tf_keras
+
+from support import byod_data as bd
+from tnet.data import spec as spec_lib
+from tnet.data.stream import FileStream, Ledger
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+BATCH = 32
+
+
+def _land(directory: pathlib.Path, name: str, rows, gzip_it=False,
+          damaged=None) -> pathlib.Path:
+    """Writes under a hidden temp name, then renames into place."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{name}.tmp"
+    bd.write_tfrecord(tmp, rows, gzip_it=gzip_it, damaged=damaged)
+    final = directory / name
+    os.rename(tmp, final)
+    return final
+
+
+def _model(spec):
+    tf_keras.utils.set_random_seed(0)
+    model = tn.models.WideDeep(spec.embedding_columns(), spec.dense,
+                               hidden_units=[8])
+    model.compile(tn.optimizer.Adagrad(0.05))
+    return model
+
+
+def _snapshot(model):
+    out = {}
+    for name, table in model.tables().items():
+        keys, weights, slots, meta = (t.numpy() for t in table.export())
+        order = np.argsort(keys)
+        out[name] = [a[order] for a in (keys, weights, slots, meta)]
+    out["dense"] = [v.numpy() for v in model.variables]
+    return out
+
+
+def _assert_same(a, b):
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert len(a[name]) == len(b[name])
+        for x, y in zip(a[name], b[name]):
+            assert x.shape == y.shape and x.tobytes() == y.tobytes(), name
+
+
+@pytest.fixture()
+def spec(tmp_path):
+    return spec_lib.load(bd.write_spec(tmp_path / "spec.json"))
+
+
+def test_stream_trains_landed_files_in_name_order_like_a_plain_fit(tmp_path, spec):
+    data = tmp_path / "in"
+    sizes = {"b-002.tfrecord": 70, "a-001.tfrecord": 45, "c-003.tfrecord": 64}
+    for i, (name, n) in enumerate(sizes.items()):
+        _land(data, name, bd.rows(n, seed=i))
+    # Never read: a file still being written, and a hidden one.
+    (data / "d-004.tfrecord.tmp").write_bytes(b"half a record")
+    (data / "_e-005.tfrecord").write_bytes(b"not landed")
+    stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=0.5)
+    model = _model(spec)
+    ckpt = tn.callbacks.StreamCheckpoint(tmp_path / "ckpt", stream, verbose=0)
+    model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH),
+              callbacks=[ckpt], verbose=0)
+    names = sorted(sizes)
+    assert sorted(os.path.basename(p) for p in stream.ledger.entries) == names
+    assert stream.examples_consumed == sum(sizes.values())
+    steps = sum(-(-n // BATCH) for n in sizes.values())  # no batch spans files
+    assert int(model.optimizer.iterations.numpy()) == steps
+    ledger = tn.saving.read_state(ckpt.last_saved_path, "stream")
+    for name in names:
+        entry = ledger["files"][str(data / name)]
+        assert entry["status"] == "ok" and entry["examples"] == sizes[name]
+        assert entry["size"] == (data / name).stat().st_size
+        assert len(entry["sha256"]) == 64
+    # The same batches through the stock reader, file after file.
+    reference = _model(spec)
+    files = [spec.dataset(str(data / n), "tfrecord", BATCH) for n in names]
+    plain = files[0]
+    for f in files[1:]:
+        plain = plain.concatenate(f)
+    reference.fit(plain, verbose=0)
+    _assert_same(_snapshot(model), _snapshot(reference))
+
+
+def test_landing_conventions(tmp_path):
+    data = tmp_path / "in"
+    data.mkdir()
+    for name in ("x-1.csv", "x-2.csv", "x-3.csv", "x-3.csv.tmp", ".x-4.csv",
+                 "x-5.csv._COPYING_"):
+        (data / name).write_text("h\n")
+    (data / "x-2.csv.done").write_text("")
+    renamed = FileStream(str(data / "x-*.csv"))
+    assert [os.path.basename(p) for p in renamed.poll()] == [
+        "x-1.csv", "x-2.csv", "x-3.csv"]
+    done = FileStream(str(data), landed="done")
+    assert [os.path.basename(p) for p in done.poll()] == ["x-2.csv"]
+    # _SUCCESS: per partition directory.
+    for part in ("dt=1", "dt=2"):
+        (tmp_path / "parts" / part).mkdir(parents=True)
+        (tmp_path / "parts" / part / "part-0").write_text("h\n")
+    (tmp_path / "parts" / "dt=2" / "_SUCCESS").write_text("")
+    success = FileStream(str(tmp_path / "parts" / "*" / "part-*"),
+                         landed="success")
+    assert success.poll() == [str(tmp_path / "parts" / "dt=2" / "part-0")]
+    assert success.listings == 1
+    with pytest.raises(ValueError, match="landed"):
+        FileStream(str(data), landed="marker")
+
+
+def test_ledger_compaction_bounds_it_and_old_files_stay_done(tmp_path):
+    data = tmp_path / "in"
+    data.mkdir()
+    old, new = data / "a-old", data / "b-new"
+    old.write_text("x")
+    new.write_text("y")
+    hour_ago = time.time() - 3600
+    os.utime(old, (hour_ago, hour_ago))
+    stream = FileStream(str(data), max_file_age_seconds=600)
+    for path in (old, new):
+        stream._consume({"path": str(path), "status": "ok", "examples": 1,
+                         "size": 1, "sha256": "0" * 64,
+                         "mtime": path.stat().st_mtime})
+    state = stream.ledger_state()
+    assert sorted(state["files"]) == [str(new)]  # the old entry compacted
+    assert state["horizon"] > hour_ago
+    restored = FileStream(str(data), max_file_age_seconds=600)
+    restored.start(Ledger.from_json(json.loads(json.dumps(state))))
+    assert restored.poll() == []  # the old file is taken as done
+    late = data / "a-late"
+    late.write_text("z")
+    assert restored.poll() == [str(late)]
+
+
+def test_a_late_file_and_a_damaged_file(tmp_path, spec):
+    data = tmp_path / "in"
+    _land(data, "f-002.tfrecord", bd.rows(40, seed=2))
+    _land(data, "f-003.tfrecord", bd.rows(40, seed=3), damaged={17: b"\x07junk"})
+    stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=1.5)
+    model = _model(spec)
+    ckpt = tn.callbacks.StreamCheckpoint(tmp_path / "ckpt", stream,
+                                         every_n_files=1, verbose=0)
+
+    def late():  # once f-002 is trained and f-003 found bad
+        while len(stream.ledger) < 1 or stream.bad_files_found < 1:
+            time.sleep(0.02)
+        _land(data, "f-001.tfrecord", bd.rows(30, seed=1))  # before both
+
+    writer = threading.Thread(target=late)
+    writer.start()
+    model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH),
+              callbacks=[ckpt], verbose=0)
+    writer.join()
+    entries = {os.path.basename(p): e for p, e in stream.ledger.entries.items()}
+    assert sorted(entries) == ["f-001.tfrecord", "f-002.tfrecord", "f-003.tfrecord"]
+    assert entries["f-001.tfrecord"]["examples"] == 30
+    bad = entries["f-003.tfrecord"]
+    assert bad["status"] == "bad" and bad["examples"] == 0
+    assert f"{data / 'f-003.tfrecord'}:18:" in bad["where"], bad["where"]
+    # The damaged file trained nothing: 2 + 1 steps.
+    assert int(model.optimizer.iterations.numpy()) == 2 + 1
+    assert stream.failure is None
+    # bad_files="fail": the files before it are trained and saved, then stop.
+    stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=5,
+                        bad_files="fail")
+    ckpt = tn.callbacks.StreamCheckpoint(tmp_path / "ckpt2", stream, verbose=0)
+    model = _model(spec)
+    model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH),
+              callbacks=[ckpt], verbose=0)
+    assert "f-003.tfrecord:18:" in stream.failure
+    saved = tn.saving.read_state(ckpt.last_saved_path, "stream")
+    assert sorted(os.path.basename(p) for p in saved["files"]) == [
+        "f-001.tfrecord", "f-002.tfrecord"]
+
+
+def test_files_landing_faster_than_training_are_all_trained(tmp_path, spec):
+    data = tmp_path / "in"
+    data.mkdir()
+    n_files, rows = 24, 50
+    stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=1.5)
+
+    def writer():
+        for i in range(n_files):
+            _land(data, f"e-{i:04d}.tfrecord.gz", bd.rows(rows, seed=i),
+                  gzip_it=True)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    model = _model(spec)
+    ckpt = tn.callbacks.StreamCheckpoint(tmp_path / "ckpt", stream,
+                                         every_n_files=5, verbose=0)
+    model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH,
+                                     queue_batches=4),
+              callbacks=[ckpt], verbose=0)
+    thread.join()
+    assert stream.files_consumed == n_files
+    assert stream.examples_consumed == n_files * rows
+    assert int(model.optimizer.iterations.numpy()) == n_files * -(-rows // BATCH)
+
+
+def test_read_state_checks_the_file(tmp_path, spec):
+    model = _model(spec)
+    model.fit(spec.dataset(str(_land(tmp_path / "in", "a", bd.rows(20, 0))),
+                           "tfrecord", BATCH), verbose=0)
+    path = tn.saving.save(model, tmp_path / "ckpt", state={"stream": {"x": 1}})
+    assert tn.saving.read_state(path, "stream") == {"x": 1}
+    assert tn.saving.read_state(path, "other") is None
+    with open(os.path.join(path, "state", "stream.json"), "w") as f:
+        f.write('{"x": 2}')
+    with pytest.raises(tn.saving.CheckpointError, match="stream.json"):
+        tn.saving.read_state(path, "stream")
+
+
+# ----------------------------------------------------------- the CLI, kill -9
+def _cli(work: pathlib.Path, ckpt: str, *extra) -> list[str]:
+    return [sys.executable, "-m", "tnet.train",
+            f"--feature_spec={work / 'spec.json'}", "--format=tfrecord",
+            f"--stream={work / 'in'}", f"--checkpoint_dir={work / ckpt}",
+            f"--model_dir={work / (ckpt + '-run')}", "--hidden_units=8",
+            f"--batch_size={BATCH}", "--shuffle_buffer=0",
+            "--stream_poll_secs=0.1", "--checkpoint_every_n_files=2",
+            "--checkpoint_keep=2", *extra]
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=str(ROOT), CI="true",
+                TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS="1")
+
+
+def _final_state(ckpt_dir: pathlib.Path):
+    """The newest checkpoint's tables (sorted by key), dense variables and
+    ledger."""
+    path = tn.saving.latest_checkpoint(str(ckpt_dir))
+    manifest = tn.saving.read_manifest(path)
+    assert manifest["kind"] == "full"
+    tables = {}
+    for name, info in manifest["tables"].items():
+        parts = {k: [] for k in ("keys", "weights", "slots", "meta")}
+        for part in info["parts"]:
+            with h5py.File(os.path.join(path, part["file"]), "r") as f:
+                for k in parts:
+                    parts[k].append(f[k][...])
+        cat = {k: np.concatenate(v) for k, v in parts.items()}
+        order = np.argsort(cat["keys"])
+        tables[name] = {k: v[order] for k, v in cat.items()}
+    reader = tf.train.load_checkpoint(os.path.join(path, "dense", "ckpt"))
+    dense = {n: reader.get_tensor(n) for n, _ in
+             tf.train.list_variables(os.path.join(path, "dense", "ckpt"))
+             if "OBJECT_GRAPH" not in n}
+    return manifest, tables, dense, tn.saving.read_state(path, "stream")
+
+
+def _kill_and_resume(tmp_path: pathlib.Path, kills: int, seed: int):
+    bd.write_spec(tmp_path / "spec.json")
+    data = tmp_path / "in"
+    data.mkdir()
+    rng = random.Random(seed)
+    n_files = 6 + kills
+    sizes = [rng.randint(20, 150) for _ in range(n_files)]
+    landed = threading.Event()
+
+    def writer():  # lands a file every ~0.4 s, also while the trainer is down
+        for i, n in enumerate(sizes):
+            _land(data, f"clicks-{i:04d}.tfrecord", bd.rows(n, seed=i))
+            time.sleep(rng.uniform(0.1, 0.7))
+        landed.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    logs = []
+    try:
+        for k in range(kills):
+            log = tmp_path / f"run{k}.log"
+            with open(log, "w") as out:
+                proc = subprocess.Popen(_cli(tmp_path, "ckpt",
+                                             "--stream_idle_secs=30"),
+                                        cwd=tmp_path, env=_env(), stdout=out,
+                                        stderr=subprocess.STDOUT)
+                deadline = time.time() + 240
+                while "streaming" not in log.read_text() and time.time() < deadline:
+                    assert proc.poll() is None, log.read_text()[-3000:]
+                    time.sleep(0.05)
+                time.sleep(rng.uniform(0.0, 2.5))  # a random point
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+            logs.append(log.read_text())
+            time.sleep(rng.uniform(0.0, 0.8))  # files land while it is down
+        thread.join()
+        final = subprocess.run(_cli(tmp_path, "ckpt", "--stream_idle_secs=2"),
+                               cwd=tmp_path, env=_env(), text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               timeout=400)
+        assert final.returncode == 0, final.stdout[-4000:]
+        logs.append(final.stdout)
+    finally:
+        thread.join()
+    reference = subprocess.run(_cli(tmp_path, "reference",
+                                    "--stream_idle_secs=1"),
+                               cwd=tmp_path, env=_env(), text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               timeout=400)
+    assert reference.returncode == 0, reference.stdout[-4000:]
+    manifest, tables, dense, ledger = _final_state(tmp_path / "ckpt")
+    r_manifest, r_tables, r_dense, r_ledger = _final_state(tmp_path / "reference")
+    # Every landed file trained exactly once: the ledger, the example
+    # counts and the step count (a batch trained twice would add a step).
+    names = [str(data / f"clicks-{i:04d}.tfrecord") for i in range(n_files)]
+    assert sorted(ledger["files"]) == names
+    assert [ledger["files"][p]["examples"] for p in names] == sizes
+    assert all(ledger["files"][p]["status"] == "ok" for p in names)
+    steps = sum(-(-n // BATCH) for n in sizes)
+    assert manifest["train_step"] == r_manifest["train_step"] == steps
+    # ... and the model bit-identical to the uninterrupted run's.
+    assert sorted(tables) == sorted(r_tables)
+    for name in tables:
+        for k in ("keys", "weights", "slots", "meta"):
+            assert tables[name][k].tobytes() == r_tables[name][k].tobytes(), (name, k)
+    assert sorted(dense) == sorted(r_dense)
+    for n in dense:
+        assert np.asarray(dense[n]).tobytes() == np.asarray(r_dense[n]).tobytes(), n
+    return logs
+
+
+def test_kill_9_at_random_points_trains_every_file_exactly_once(tmp_path):
+    seed = int(os.environ.get("FUZZ_SEED", "0") or 0)
+    _kill_and_resume(tmp_path, kills=3, seed=seed)
+
+
+@pytest.mark.long
+def test_kill_9_at_twenty_random_points(tmp_path):
+    seed = int(os.environ.get("FUZZ_SEED", "0") or 0)
+    _kill_and_resume(tmp_path, kills=20, seed=seed + 1)
+
+
+def test_cli_bad_file_fail_exits_4_naming_the_record(tmp_path):
+    bd.write_spec(tmp_path / "spec.json")
+    data = tmp_path / "in"
+    _land(data, "a-1.tfrecord", bd.rows(40, seed=1))
+    _land(data, "a-2.tfrecord", bd.rows(40, seed=2), damaged={5: b"\x01\x02"})
+    res = subprocess.run(_cli(tmp_path, "ckpt", "--stream_idle_secs=1",
+                              "--bad_files=fail"),
+                         cwd=tmp_path, env=_env(), text=True,
+                         capture_output=True, timeout=400)
+    assert res.returncode == 4, res.stdout[-2000:] + res.stderr[-3000:]
+    last = res.stderr.strip().splitlines()[-1]
+    assert last.startswith("tnet.train: bad input: ") and "a-2.tfrecord:6:" in last
+    assert "Traceback" not in res.stderr
+    ledger = tn.saving.read_state(
+        tn.saving.latest_checkpoint(str(tmp_path / "ckpt")), "stream")
+    assert sorted(ledger["files"]) == [str(data / "a-1.tfrecord")]
+    # skip (the default): recorded as bad, the run goes on and ends cleanly.
+    res = subprocess.run(_cli(tmp_path, "ckpt", "--stream_idle_secs=1"),
+                         cwd=tmp_path, env=_env(), text=True,
+                         capture_output=True, timeout=400)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((tmp_path / "ckpt-run" / "summary.json").read_text())
+    assert summary["streamed"]["bad_files"] == [str(data / "a-2.tfrecord")]
+    assert summary["streamed"]["files"] == 0  # a-1 was trained by the first run
+    assert "a-2.tfrecord:6:" in res.stdout
+
+
+def test_sigterm_stops_after_a_clean_checkpoint(tmp_path):
+    bd.write_spec(tmp_path / "spec.json")
+    data = tmp_path / "in"
+    for i in range(3):
+        _land(data, f"s-{i}.tfrecord", bd.rows(50, seed=i))
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(_cli(tmp_path, "ckpt"), cwd=tmp_path, env=_env(),
+                                stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.time() + 240
+        while "trained" not in log.read_text() or "s-2" not in log.read_text():
+            assert proc.poll() is None and time.time() < deadline, log.read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "stream stopped (SIGTERM)" in text
+    ledger = tn.saving.read_state(
+        tn.saving.latest_checkpoint(str(tmp_path / "ckpt")), "stream")
+    assert len(ledger["files"]) == 3
+    assert glob.glob(str(tmp_path / "ckpt" / ".ckpt-*")) == []

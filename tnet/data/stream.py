@@ -1,0 +1,565 @@
+"""Training on files as they land: `stream_dataset` and `FileStream`.
+
+    stream = tn.data.FileStream("gs://bucket/clicks/*.tfrecord.gz")
+    data = tn.data.stream_dataset(spec, stream, "tfrecord", 1024)
+    model.fit(data, callbacks=[tn.callbacks.StreamCheckpoint("/ckpt", stream,
+                                                             every_n_files=10)])
+
+A stream is a directory or glob that a writer keeps adding files to. The
+dataset trains every file once, in name order (use names that sort by
+time: `events-20261128-081500.tfrecord.gz`), as soon as it has landed:
+
+* `landed="rename"` (default): a file counts when its final name is
+  listed, so write it under another name and rename it into place (an
+  atomic rename: what `gsutil cp`, `hadoop fs -put` and Spark do). Names
+  that start with `.` or `_` and names ending in `.tmp`, `._COPYING_` or
+  `.inprogress` are never read.
+* `landed="done"`: a file counts once `<file>.done` exists beside it
+  (written after the file is complete).
+* `landed="success"`: the files of a directory count once `<dir>/_SUCCESS`
+  exists (the Hadoop / Spark partition convention; a glob such as
+  `DIR/*/part-*` then takes every partition directory that has one).
+
+One listing per poll (the pattern's parent directories, every `poll_seconds`),
+never a read of a file that has not landed. Files that land with a name
+before files already trained (late files) are trained when they land.
+
+Exactly once: a file is decoded whole before its first batch is trained
+(so a damaged file trains nothing), its batches never share a batch with
+another file, and `tn.callbacks.StreamCheckpoint` writes the ledger of
+trained files (path, size, sha256) into the same atomic checkpoint as the
+tables, only at file boundaries. A rerun restores both and trains every
+landed file not in the ledger from its start: a file interrupted by a kill
+is trained again against the tables as they were before it.
+
+The ledger is bounded: an entry is dropped once the file's modification
+time is older than `max_file_age_seconds` (default 7 days), and every file
+older than the newest such compaction is taken as done. So a file must land
+within that age of its modification time; an older one is named in the
+log and not trained.
+
+A damaged file (a record that cannot be read or does not match the spec)
+is named `file:record: why` and recorded as bad; with `bad_files="skip"`
+(default) training goes on, with "fail" the stream stops at the file
+boundary before it (`stream.failure` holds the message; the CLI exits
+with status 4).
+"""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import posixpath
+import queue
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import tensorflow as tf
+
+from tnet.data.spec import FeatureSpec
+
+__all__ = ["FileStream", "stream_dataset", "LANDED"]
+
+LANDED = ("rename", "done", "success")
+DONE_SUFFIX = ".done"
+SUCCESS_NAME = "_SUCCESS"
+_IN_PROGRESS = (".tmp", "._COPYING_", ".inprogress")
+DEFAULT_MAX_AGE = 7 * 86400.0
+LEDGER_FORMAT = 1
+
+
+def _log(message: str) -> None:
+    print(f"tnet.stream: {message}", file=sys.stderr, flush=True)
+
+
+def _split(pattern: str):
+    """(directory glob, basename glob) of a stream pattern: a directory
+    streams every file in it."""
+    pattern = os.fspath(pattern).rstrip("/")
+    if not any(c in pattern for c in "*?[") and tf.io.gfile.isdir(pattern):
+        return pattern, "*"
+    head, tail = posixpath.split(pattern)
+    return head or ".", tail
+
+
+def _is_data_name(base: str) -> bool:
+    return not (base.startswith((".", "_")) or base.endswith(_IN_PROGRESS)
+                or base.endswith(DONE_SUFFIX))
+
+
+class Ledger:
+    """The files a stream has trained (or found bad), by path.
+
+    `entries[path]` = {"size", "sha256", "mtime", "status" ("ok"|"bad"),
+    "examples", "consumed_unix"} (+ "where" for a bad file, "skipped_rows"
+    when bad rows were skipped). `horizon`: files modified before it are
+    taken as done (their entries were compacted away)."""
+
+    def __init__(self, entries: Optional[Dict[str, dict]] = None,
+                 horizon: float = 0.0):
+        self.entries: Dict[str, dict] = dict(entries or {})
+        self.horizon = float(horizon)
+
+    def to_json(self) -> dict:
+        return {"format": LEDGER_FORMAT, "horizon": self.horizon,
+                "files": dict(sorted(self.entries.items()))}
+
+    @classmethod
+    def from_json(cls, data: Optional[dict]) -> "Ledger":
+        if not data:
+            return cls()
+        if data.get("format") != LEDGER_FORMAT:
+            raise ValueError(f"stream ledger format {data.get('format')!r}; "
+                             f"this tnet reads {LEDGER_FORMAT}")
+        return cls(data.get("files") or {}, data.get("horizon", 0.0))
+
+    def compact(self, now: float, max_age: float) -> int:
+        """Drops entries of files modified more than max_age ago; returns
+        how many."""
+        horizon = now - max_age
+        old = [p for p, e in self.entries.items() if e["mtime"] < horizon]
+        for path in old:
+            del self.entries[path]
+        if old:
+            self.horizon = max(self.horizon, horizon)
+        return len(old)
+
+    def __contains__(self, path: str) -> bool:
+        return path in self.entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+class FileStream:
+    """Finds the files of `pattern` that have landed and not been trained.
+
+    Args:
+      pattern: a directory, or a glob whose last part matches the files
+        (`DIR/*.tfrecord.gz`, `gs://b/clicks/*/part-*`); any tf.io.gfile
+        path.
+      landed: "rename", "done" or "success" (see the module docstring).
+      poll_seconds: how often to list when there is nothing to read.
+      idle_seconds: end the stream after this long without a new file
+        (None: never; a SIGTERM or `stop()` ends it).
+      max_file_age_seconds: the ledger keeps files modified within this
+        age; older files are taken as done (named once in the log).
+      bad_files: "skip" (record a damaged file as bad, go on) or "fail"
+        (stop before it, `failure` names it).
+    """
+
+    def __init__(self, pattern: str, *, landed: str = "rename",
+                 poll_seconds: float = 1.0,
+                 idle_seconds: Optional[float] = None,
+                 max_file_age_seconds: float = DEFAULT_MAX_AGE,
+                 bad_files: str = "skip"):
+        if landed not in LANDED:
+            raise ValueError(f"landed must be one of {list(LANDED)}, got "
+                             f"{landed!r}")
+        if bad_files not in ("skip", "fail"):
+            raise ValueError(f"bad_files must be 'skip' or 'fail', got "
+                             f"{bad_files!r}")
+        if float(poll_seconds) <= 0:
+            raise ValueError(f"poll_seconds must be > 0, got {poll_seconds!r}")
+        if float(max_file_age_seconds) <= 0:
+            raise ValueError("max_file_age_seconds must be > 0, got "
+                             f"{max_file_age_seconds!r}")
+        self.pattern = os.fspath(pattern)
+        self.landed = landed
+        self.poll_seconds = float(poll_seconds)
+        self.idle_seconds = (float(idle_seconds) if idle_seconds else None)
+        self.max_file_age = float(max_file_age_seconds)
+        self.bad_files = bad_files
+        self.ledger = Ledger()
+        self.failure: Optional[str] = None  # a damaged file, bad_files="fail"
+        self.error: Optional[str] = None  # the reader thread itself failed
+        self.on_consume = None  # called (path, entry) as each file is done
+        self.stop_reason: Optional[str] = None
+        self.listings = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._ready.set()
+        self._tracked = False
+        self._too_old: set = set()
+        self._mtimes: Dict[str, float] = {}
+        self.pending: List[str] = []  # landed, not trained, in name order
+        self._dir_glob, self._base_glob = _split(self.pattern)
+        # Counters (for logs, summary.json and metrics).
+        self.files_consumed = 0
+        self.entries_consumed = 0  # files trained or recorded as bad
+        self.examples_consumed = 0
+        self.bad_files_found = 0
+        self.newest_consumed: Optional[str] = None
+
+    # --------------------------------------------------------- control
+    def stop(self, reason: str = "stop requested") -> None:
+        """Ends the stream at the next file boundary (thread- and
+        signal-safe)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def attach(self) -> None:
+        """Called by a checkpoint callback: the stream waits for
+        `start(ledger)` (after the restore) before it lists anything."""
+        self._tracked = True
+        self._ready.clear()
+
+    def start(self, ledger: Optional[Ledger] = None) -> None:
+        with self._lock:
+            if ledger is not None:
+                self.ledger = ledger
+        self._ready.set()
+
+    # --------------------------------------------------------- listing
+    def list_landed(self) -> List[str]:
+        """One listing: the files of the pattern that have landed, in name
+        order (whatever the ledger says)."""
+        listing = tf.io.gfile.glob(posixpath.join(self._dir_glob, "*"))
+        self.listings += 1
+        names = set(listing)
+        out = []
+        for path in listing:
+            parent, base = posixpath.split(path)
+            if not fnmatch.fnmatchcase(base, self._base_glob):
+                continue
+            if not _is_data_name(base):
+                continue
+            if self.landed == "done" and path + DONE_SUFFIX not in names:
+                continue
+            if (self.landed == "success"
+                    and posixpath.join(parent, SUCCESS_NAME) not in names):
+                continue
+            out.append(path)
+        return sorted(out)
+
+    def _mtime(self, path: str) -> float:
+        if path not in self._mtimes:
+            self._mtimes[path] = tf.io.gfile.stat(path).mtime_nsec / 1e9
+        return self._mtimes[path]
+
+    def poll(self) -> List[str]:
+        """Lists once; returns the landed files not trained yet (name
+        order). Files older than the ledger's horizon are named once and
+        left out."""
+        landed = self.list_landed()
+        with self._lock:
+            known = self.ledger.entries
+            fresh = []
+            for path in landed:
+                if path in known or path in self._too_old:
+                    continue
+                try:
+                    mtime = self._mtime(path)
+                except (tf.errors.NotFoundError, OSError):
+                    continue  # gone since the listing
+                if mtime < self.ledger.horizon:
+                    self._too_old.add(path)
+                    _log(f"{path}: modified before the ledger's horizon "
+                         f"(max file age {self.max_file_age:.0f} s); taken "
+                         "as trained, not read")
+                    continue
+                fresh.append(path)
+            self.pending = fresh
+        return fresh
+
+    # ------------------------------------------------------- accounting
+    def _consume(self, entry: dict) -> None:
+        with self._lock:
+            entry = dict(entry, consumed_unix=round(time.time(), 3))
+            self.ledger.entries[entry["path"]] = {
+                k: v for k, v in entry.items() if k != "path"}
+            self.entries_consumed += 1
+            if entry["status"] == "ok":
+                self.files_consumed += 1
+                self.examples_consumed += entry["examples"]
+                if (self.newest_consumed is None
+                        or entry["path"] > self.newest_consumed):
+                    self.newest_consumed = entry["path"]
+            if entry["path"] in self.pending:
+                self.pending.remove(entry["path"])
+        if self.on_consume is not None:
+            self.on_consume(entry["path"], entry)
+
+    def ledger_state(self) -> dict:
+        """The ledger as a checkpoint stores it (compacted first)."""
+        with self._lock:
+            dropped = self.ledger.compact(time.time(), self.max_file_age)
+            if dropped:
+                _log(f"ledger: {dropped} entries older than "
+                     f"{self.max_file_age:.0f} s compacted")
+            return self.ledger.to_json()
+
+
+def _checksum(path: str):
+    """(size, sha256 hex) of the file's bytes."""
+    digest = hashlib.sha256()
+    size = 0
+    with tf.io.gfile.GFile(path, "rb") as f:
+        while True:
+            chunk = f.read(1 << 22)
+            if not chunk:
+                break
+            size += len(chunk)
+            digest.update(chunk)
+    return size, digest.hexdigest()
+
+
+def element_spec(spec: FeatureSpec, with_group: bool = False):
+    """The element the spec readers yield: (features, label[, weight])."""
+    features = {}
+    for f in spec.features:
+        if f.is_id and f.multi:
+            features[f.name] = tf.RaggedTensorSpec([None, None], f.tf_dtype, 1,
+                                                   tf.int64)
+        elif f.is_id:
+            features[f.name] = tf.TensorSpec([None], f.tf_dtype)
+        elif f.kind == "dense":
+            features[f.name] = tf.TensorSpec([None], tf.float32)
+        elif f.kind == "group" and with_group:
+            features[f.name] = tf.TensorSpec([None], f.tf_dtype)
+    label = tf.TensorSpec([None], tf.float32)
+    if spec.weight is None:
+        return features, label
+    return features, label, tf.TensorSpec([None], tf.float32)
+
+
+class _Reader:
+    """Decodes one landed file whole (so a damaged file trains nothing)."""
+
+    def __init__(self, spec, format, batch_size, bad_rows, shuffle_buffer,
+                 seed, compression, with_group):
+        self.spec, self.format, self.batch_size = spec, format, batch_size
+        self.bad_rows, self.shuffle_buffer = bad_rows, shuffle_buffer
+        self.seed, self.compression = seed, compression
+        self.with_group = with_group
+
+    def read(self, path: str):
+        """(entry, [flat numpy batch, ...]); entry["status"] is "bad" (with
+        "where") when the file cannot be read whole."""
+        from tnet.data import ReadStats  # noqa: PLC0415
+        from tnet.data import readers  # noqa: PLC0415
+        entry: Dict[str, Any] = {"path": path}
+        try:
+            entry["mtime"] = tf.io.gfile.stat(path).mtime_nsec / 1e9
+            entry["size"], entry["sha256"] = _checksum(path)
+        except (tf.errors.OpError, OSError) as e:
+            return dict(entry, status="bad", size=0, sha256="", mtime=0.0,
+                        examples=0, where=f"{path}: unreadable: {e}"), []
+        stats = ReadStats(max_examples=0) if self.bad_rows == "skip" else None
+        # The seed of a file's shuffle comes from its name, so a rerun
+        # (after a kill) draws the same order.
+        seed = None
+        if self.shuffle_buffer:
+            seed = (int(self.seed or 0) + int.from_bytes(
+                hashlib.sha256(path.encode()).digest()[:4], "little")) % (1 << 31)
+        batches, examples = [], 0
+        try:
+            data = readers.spec_dataset(
+                self.spec, [path], self.format, self.batch_size,
+                bad_rows=self.bad_rows, shuffle_buffer=self.shuffle_buffer,
+                seed=seed, stats=stats, with_group=self.with_group,
+                compression=self.compression, log_limit=0)
+            for element in data:
+                flat = tf.nest.flatten(element, expand_composites=True)
+                batches.append(tuple(t.numpy() for t in flat))
+                examples += int(flat[len(flat) - (2 if self.spec.weight
+                                                  is not None else 1)].shape[0])
+        except Exception as e:  # noqa: BLE001  (named below, never raised)
+            where = _where(self.spec, path, self.format, self.compression, e)
+            return dict(entry, status="bad", examples=0, where=where), []
+        entry.update(status="ok", examples=examples)
+        if stats is not None and stats.skipped:
+            entry["skipped_rows"] = int(stats.skipped)
+        return entry, batches
+
+
+def _where(spec, path, format, compression, error) -> str:
+    """file:record: why, for a file that failed to read."""
+    from tnet.data import readers  # noqa: PLC0415
+    try:
+        for found in readers.scan_files(spec, [path], format, compression,
+                                        max_examples=1, stop_at_first=True):
+            if found.first:
+                return found.first[0]
+            if found.damaged:
+                return found.damaged
+    except Exception:  # noqa: BLE001
+        pass
+    return f"{path}: {readers._tf_text(error)}"  # noqa: SLF001
+
+
+_END = object()
+
+
+class _Feed:
+    """One iteration of a stream dataset: a producer thread lists and
+    decodes files into a bounded queue; the generator yields their batches
+    and records where each file ends (in batches yielded), which
+    `StreamCheckpoint` compares with the steps trained."""
+
+    def __init__(self, stream: FileStream, reader: _Reader,
+                 queue_batches: int):
+        self.stream = stream
+        self.reader = reader
+        self.queue: "queue.Queue" = queue.Queue(maxsize=max(2, queue_batches))
+        self.yielded = 0
+        self.ends: List[tuple] = []  # (entry, batches yielded at its end)
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._produce, daemon=True,
+                                       name="tnet-stream")
+        self.closed = threading.Event()
+        self.inflight: set = set()  # queued by this feed, not in the ledger
+
+    def _put(self, item) -> bool:
+        while not self.closed.is_set():
+            try:
+                self.queue.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self) -> None:
+        stream = self.stream
+        try:
+            while not stream._ready.wait(0.2):  # noqa: SLF001
+                if self.closed.is_set():
+                    return
+            last_new = time.monotonic()
+            while not stream.stopping and not self.closed.is_set():
+                todo = [p for p in stream.poll() if p not in self.inflight]
+                if not todo and not self.queue.empty():
+                    last_new = time.monotonic()  # idle once training caught up
+                if not todo:
+                    if (stream.idle_seconds is not None and time.monotonic()
+                            - last_new >= stream.idle_seconds):
+                        stream.stop(f"no new file for {stream.idle_seconds:g} s")
+                        break
+                    stream._stop.wait(stream.poll_seconds)  # noqa: SLF001
+                    continue
+                last_new = time.monotonic()
+                for path in todo:
+                    if stream.stopping or self.closed.is_set():
+                        break
+                    entry, batches = self.reader.read(path)
+                    self.inflight.add(path)
+                    if entry["status"] == "bad":
+                        stream.bad_files_found += 1
+                        if stream.bad_files == "fail":
+                            stream.failure = (
+                                f"bad input: {entry['where']}. Fix or move the "
+                                "file away (or pass --bad_files=skip to record "
+                                "it as bad and go on)")
+                            stream.stop("a damaged file (--bad_files=fail)")
+                            break
+                        _log(f"bad file, recorded and skipped: {entry['where']}")
+                    if not self._put((entry, len(batches))):
+                        return
+                    for batch in batches:
+                        if not self._put(batch):
+                            return
+                # Idle from now on. One listing per poll: files that landed
+                # meanwhile (late names too) are in the next listing.
+                last_new = time.monotonic()
+        except BaseException as e:  # noqa: BLE001  (ends the dataset)
+            stream.error = f"the stream's reader failed: {e!r}"
+            stream.stop("the stream's reader failed")
+        finally:
+            self._put(_END)
+
+    def generate(self):
+        self.thread.start()
+        try:
+            while True:
+                item = self.queue.get()
+                if item is _END:
+                    return
+                entry, n = item
+                if (self.stream.stopping and self.stream.failure is None
+                        and self.stream.error is None):
+                    # Stop at this file boundary: what is queued is not
+                    # trained (and not in the ledger: the next run reads it).
+                    return
+                with self.lock:
+                    self.ends.append((entry, self.yielded + n))
+                for _ in range(n):
+                    batch = self.queue.get()
+                    self.yielded += 1
+                    yield batch
+                if not self.stream._tracked:  # noqa: SLF001
+                    self.consume_through(self.yielded)
+        finally:
+            self.closed.set()
+
+    def consume_through(self, trained: int) -> int:
+        """Moves every file whose batches are all trained into the ledger;
+        returns the batch count of the last file boundary reached."""
+        done = []
+        with self.lock:
+            while self.ends and self.ends[0][1] <= trained:
+                done.append(self.ends.pop(0))
+        for entry, _ in done:
+            self.stream._consume(entry)  # noqa: SLF001
+        return done[-1][1] if done else -1
+
+
+def stream_dataset(spec: FeatureSpec, pattern, format: str, batch_size: int,
+                   *, bad_rows: str = "fail", shuffle_buffer: int = 0,
+                   seed: Optional[int] = None, compression: Optional[str] = None,
+                   with_group: bool = False, queue_batches: int = 64,
+                   **stream_args) -> tf.data.Dataset:
+    """A dataset of the batches of `pattern`'s files as they land.
+
+    `pattern`: a `FileStream`, or a directory / glob (then `stream_args`
+    are FileStream's: landed, poll_seconds, idle_seconds,
+    max_file_age_seconds, bad_files). Elements are those of
+    `tn.data.spec_dataset` in `format`; a batch never holds rows of two
+    files (a file's last batch may be short). `shuffle_buffer` shuffles
+    within a file (seeded by `seed` and the file's name). Reading runs
+    ahead of training by at most `queue_batches` batches; files that land
+    faster than training wait where they are (nothing is dropped).
+
+    The dataset ends when the stream stops (`stream.stop()`, its
+    idle_seconds, or a damaged file under bad_files="fail"). It runs in
+    one process (its reader is a Python thread). `.stream` is the
+    FileStream; give it to `tn.callbacks.StreamCheckpoint` for exactly-once
+    training across restarts.
+    """
+    stream = (pattern if isinstance(pattern, FileStream)
+              else FileStream(pattern, **stream_args))
+    if isinstance(pattern, FileStream) and stream_args:
+        raise ValueError(f"stream_dataset: {sorted(stream_args)} are "
+                         "FileStream's arguments; pass them to the FileStream")
+    from tnet.data.readers import FORMATS  # noqa: PLC0415
+    if format not in FORMATS:
+        raise ValueError(f"format must be one of {list(FORMATS)}, got {format!r}")
+    if bad_rows not in ("fail", "skip"):
+        raise ValueError(f"bad_rows must be 'fail' or 'skip', got {bad_rows!r}")
+    if int(batch_size) < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
+    structure = element_spec(spec, with_group)
+    flat_specs = tuple(tf.nest.flatten(structure, expand_composites=True))
+    reader = _Reader(spec, format, int(batch_size), bad_rows,
+                     int(shuffle_buffer), seed, compression, with_group)
+    feeds: List[_Feed] = []
+
+    def generate():
+        feed = _Feed(stream, reader, queue_batches)
+        feeds.append(feed)
+        stream._feed = feed  # noqa: SLF001  (the one StreamCheckpoint reads)
+        yield from feed.generate()
+
+    data = tf.data.Dataset.from_generator(generate,
+                                          output_signature=flat_specs)
+    data = data.map(lambda *flat: tf.nest.pack_sequence_as(
+        structure, list(flat), expand_composites=True))
+    data.stream = stream
+    return data

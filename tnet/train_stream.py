@@ -1,0 +1,180 @@
+"""`python -m tnet.train --feature_spec=... --stream=DIR_OR_GLOB`: trains
+continuously on files as they land (tnet.data.stream), exactly once across
+restarts.
+
+The loop is one `fit` over `tn.data.stream_dataset` with
+`tn.callbacks.StreamCheckpoint`: it restores the newest checkpoint (tables,
+dense state and the ledger of trained files), trains every landed file not
+in the ledger in name order, and checkpoints at file boundaries every
+`--checkpoint_every_n_files` files or `--checkpoint_every_seconds` seconds.
+It stops at the next file boundary on SIGTERM, or after
+`--stream_idle_secs` without a new file, writes a last checkpoint and
+exits 0. A damaged file is named (file:record) and recorded as bad
+(`--bad_files=skip`), or ends the run after a checkpoint of the files
+before it with exit status 4 (`--bad_files=fail`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+from absl import app, flags
+
+import tnet as tn
+from tnet.saving.files import write_json_atomic
+
+FLAGS = flags.FLAGS
+
+
+def check_flags(distributed: bool) -> None:
+    if not FLAGS.feature_spec:
+        raise app.UsageError("--stream needs --feature_spec (and --format)")
+    if FLAGS.days:
+        raise app.UsageError("--stream and --days are two ways to read: "
+                             "pick one")
+    if distributed:
+        raise app.UsageError("--stream runs in one process (its reader is a "
+                             "thread of the trainer): unset TF_CONFIG")
+    if FLAGS.stream_poll_secs <= 0:
+        raise app.UsageError("--stream_poll_secs must be > 0")
+    if min(FLAGS.stream_idle_secs, FLAGS.checkpoint_every_n_files,
+           FLAGS.checkpoint_every_seconds) < 0:
+        raise app.UsageError("--stream_idle_secs, --checkpoint_every_n_files "
+                             "and --checkpoint_every_seconds must be >= 0")
+    if FLAGS.stream_max_file_age_secs <= 0:
+        raise app.UsageError("--stream_max_file_age_secs must be > 0")
+
+
+def run_stream(strategy, cli) -> dict:
+    """`cli` is the tnet.train module (it may be running as __main__)."""
+    from tnet.data import spec as spec_lib  # noqa: PLC0415
+    from tnet.train_data import BadInputError  # noqa: PLC0415
+    spec = spec_lib.load(FLAGS.feature_spec)
+    with strategy.scope():
+        model = cli.build_model(spec.embedding_columns(FLAGS.embedding_dim),
+                                spec.dense, spec.string_ids)
+        model.compile(tn.optimizer.by_name(FLAGS.optimizer)(FLAGS.learning_rate))
+    stream = tn.data.FileStream(
+        FLAGS.stream, landed=FLAGS.stream_landed,
+        poll_seconds=FLAGS.stream_poll_secs,
+        idle_seconds=FLAGS.stream_idle_secs or None,
+        max_file_age_seconds=FLAGS.stream_max_file_age_secs,
+        bad_files=FLAGS.bad_files)
+    stream.on_consume = _log_file
+    data = tn.data.stream_dataset(
+        spec, stream, FLAGS.format, FLAGS.batch_size, bad_rows=FLAGS.bad_rows,
+        shuffle_buffer=FLAGS.shuffle_buffer, seed=FLAGS.seed)
+    callbacks = []
+    checkpoints = None
+    if FLAGS.checkpoint_dir:
+        checkpoints = tn.callbacks.StreamCheckpoint(
+            FLAGS.checkpoint_dir, stream,
+            every_n_files=FLAGS.checkpoint_every_n_files or None,
+            every_seconds=FLAGS.checkpoint_every_seconds or None,
+            keep=FLAGS.checkpoint_keep,
+            incremental=FLAGS.checkpoint_incremental,
+            full_every=FLAGS.checkpoint_full_every)
+        callbacks.append(checkpoints)
+        cli._RUN["checkpoints"] = checkpoints  # noqa: SLF001
+    else:
+        print("tnet.train: --stream without --checkpoint_dir: nothing is "
+              "saved, a restart trains every file again", flush=True)
+    cli._RUN["model"] = model  # noqa: SLF001
+    maintenance = cli._lifecycle(model, checkpoints)  # noqa: SLF001
+    if maintenance is not None:
+        callbacks.append(maintenance)
+    restore_signals = _stop_on_sigterm(stream)
+    print(f"tnet.train: streaming {FLAGS.stream} (landed: "
+          f"{FLAGS.stream_landed}, poll {FLAGS.stream_poll_secs:g} s)",
+          flush=True)
+    start = time.perf_counter()
+    try:
+        try:
+            model.fit(data, epochs=1, callbacks=callbacks,
+                      verbose=2 if os.environ.get("CI") else 0)
+        except ValueError as e:
+            # Keras refuses an epoch of no step (only damaged files, or
+            # none, landed in this run): still record and checkpoint them.
+            if "Empty logs" not in str(e):
+                raise
+            if checkpoints is not None:
+                checkpoints.finish()
+    finally:
+        restore_signals()
+    seconds = time.perf_counter() - start
+    if stream.error is not None:
+        raise RuntimeError(stream.error)
+    summary = {
+        "model": FLAGS.model, "data": "feature_spec", "stream": FLAGS.stream,
+        "flags": cli._flag_values(),  # noqa: SLF001
+        "train": {"steps": int(model.optimizer.iterations.numpy()),
+                  "seconds": round(seconds, 3)},
+        "streamed": {"files": stream.files_consumed,
+                     "examples": stream.examples_consumed,
+                     "bad_files": sorted(
+                         p for p, e in stream.ledger.entries.items()
+                         if e["status"] == "bad"),
+                     "ledger_files": len(stream.ledger),
+                     "stopped": stream.stop_reason},
+        "tables": {n: {"rows": int(t.size())}
+                   for n, t in model.tables().items()},
+    }
+    if checkpoints is not None:
+        summary["checkpoint"] = {
+            "restored_step": checkpoints.restored_step,
+            "last_saved_step": checkpoints.last_saved_step,
+            "last_saved_path": checkpoints.last_saved_path}
+    os.makedirs(FLAGS.model_dir, exist_ok=True)
+    write_json_atomic(os.path.join(FLAGS.model_dir, "summary.json"), summary,
+                      indent=2)
+    print(f"tnet.train: stream stopped ({stream.stop_reason}): "
+          f"{stream.files_consumed} files, {stream.examples_consumed} "
+          f"examples trained in this run", flush=True)
+    print(json.dumps({"train": summary["train"],
+                      "streamed": summary["streamed"]}, indent=2), flush=True)
+    if stream.failure is not None:
+        raise BadInputError(stream.failure)
+    return summary
+
+
+def _stop_on_sigterm(stream):
+    """SIGTERM stops the stream at its next file boundary. A Python signal
+    handler runs only when the main thread runs Python, and during `fit`
+    it may wait inside a step for the next file to land: so the signal is
+    also written to a wakeup pipe that a thread watches. Returns the undo."""
+    import threading  # noqa: PLC0415
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous = signal.signal(signal.SIGTERM,
+                             lambda *_: stream.stop("SIGTERM"))
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+
+    def watch():
+        while True:
+            try:
+                got = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not got:
+                return
+            if signal.SIGTERM in got:
+                stream.stop("SIGTERM")
+
+    threading.Thread(target=watch, daemon=True,
+                     name="tnet-stream-sigterm").start()
+
+    def undo():
+        signal.set_wakeup_fd(previous_fd)
+        signal.signal(signal.SIGTERM, previous)
+        os.close(write_fd)
+    return undo
+
+
+def _log_file(path: str, entry: dict) -> None:
+    if entry["status"] == "ok":
+        print(f"tnet.train: trained {path} ({entry['examples']} examples)",
+              flush=True)
+    else:
+        print(f"tnet.train: recorded bad file {entry['where']}", flush=True)
