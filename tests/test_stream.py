@@ -23,6 +23,7 @@ import tnet as tn
 import tensorflow as tf
 import tf_keras
 
+from tests.conftest import fuzz_seed
 from support import byod_data as bd
 from tnet.data import spec as spec_lib
 from tnet.data.stream import FileStream, Ledger
@@ -274,50 +275,67 @@ def _final_state(ckpt_dir: pathlib.Path):
     return manifest, tables, dense, tn.saving.read_state(path, "stream")
 
 
+def _wait_for(proc, log: pathlib.Path, text: str) -> None:
+    deadline = time.time() + 300
+    while text not in log.read_text():
+        assert proc.poll() is None and time.time() < deadline, \
+            log.read_text()[-3000:]
+        time.sleep(0.02)
+
+
 def _kill_and_resume(tmp_path: pathlib.Path, kills: int, seed: int):
+    """Lands files while the trainer runs and while it is down; kills it
+    with SIGKILL at a random point after it has started training in each
+    run (mid-file, mid-checkpoint or waiting); then a last run until a
+    SIGTERM after the newest file.
+    Returns the number of files some killed run had trained past its
+    checkpoint (trained again by the next run)."""
     bd.write_spec(tmp_path / "spec.json")
     data = tmp_path / "in"
     data.mkdir()
     rng = random.Random(seed)
-    n_files = 6 + kills
-    sizes = [rng.randint(20, 150) for _ in range(n_files)]
-    landed = threading.Event()
+    sizes, damaged = [], set()
 
-    def writer():  # lands a file every ~0.4 s, also while the trainer is down
-        for i, n in enumerate(sizes):
-            _land(data, f"clicks-{i:04d}.tfrecord", bd.rows(n, seed=i))
-            time.sleep(rng.uniform(0.1, 0.7))
-        landed.set()
+    def land():
+        i = len(sizes)
+        sizes.append(rng.randint(60, 500))
+        _land(data, f"clicks-{i:04d}.tfrecord", bd.rows(sizes[-1], seed=i))
 
-    thread = threading.Thread(target=writer)
-    thread.start()
     logs = []
-    try:
-        for k in range(kills):
-            log = tmp_path / f"run{k}.log"
-            with open(log, "w") as out:
-                proc = subprocess.Popen(_cli(tmp_path, "ckpt",
-                                             "--stream_idle_secs=30"),
-                                        cwd=tmp_path, env=_env(), stdout=out,
-                                        stderr=subprocess.STDOUT)
-                deadline = time.time() + 240
-                while "streaming" not in log.read_text() and time.time() < deadline:
-                    assert proc.poll() is None, log.read_text()[-3000:]
-                    time.sleep(0.05)
-                time.sleep(rng.uniform(0.0, 2.5))  # a random point
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait()
-            logs.append(log.read_text())
-            time.sleep(rng.uniform(0.0, 0.8))  # files land while it is down
-        thread.join()
-        final = subprocess.run(_cli(tmp_path, "ckpt", "--stream_idle_secs=2"),
-                               cwd=tmp_path, env=_env(), text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               timeout=400)
-        assert final.returncode == 0, final.stdout[-4000:]
-        logs.append(final.stdout)
-    finally:
-        thread.join()
+    land()
+    for k in range(kills):
+        land()  # lands while the trainer is down
+        if k == 1:  # and a damaged one: recorded as bad (file:record)
+            damaged.add(len(sizes))
+            sizes.append(40)
+            _land(data, f"clicks-{len(sizes) - 1:04d}.tfrecord",
+                  bd.rows(40, seed=99), damaged={11: b"\x07junk"})
+        log = tmp_path / f"run{k}.log"
+        with open(log, "w") as out:
+            proc = subprocess.Popen(_cli(tmp_path, "ckpt"), cwd=tmp_path,
+                                    env=_env(), stdout=out,
+                                    stderr=subprocess.STDOUT)
+            _wait_for(proc, log, "tnet.train: trained")
+            for _ in range(2):  # land while it trains
+                land()
+            time.sleep(rng.uniform(0.0, 1.0))  # a random point
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        logs.append(log.read_text())
+    land()
+    # The last run: SIGTERM once it has trained the newest file.
+    log = tmp_path / "final.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(_cli(tmp_path, "ckpt"), cwd=tmp_path,
+                                env=_env(), stdout=out,
+                                stderr=subprocess.STDOUT)
+        _wait_for(proc, log, f"trained {data}/clicks-{len(sizes) - 1:04d}")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=300) == 0, log.read_text()[-4000:]
+    logs.append(log.read_text())
+    assert "stream stopped (SIGTERM)" in logs[-1]
+    assert glob.glob(str(tmp_path / "ckpt" / ".ckpt-*")) == []
+    n_files = len(sizes)
     reference = subprocess.run(_cli(tmp_path, "reference",
                                     "--stream_idle_secs=1"),
                                cwd=tmp_path, env=_env(), text=True,
@@ -330,9 +348,18 @@ def _kill_and_resume(tmp_path: pathlib.Path, kills: int, seed: int):
     # counts and the step count (a batch trained twice would add a step).
     names = [str(data / f"clicks-{i:04d}.tfrecord") for i in range(n_files)]
     assert sorted(ledger["files"]) == names
-    assert [ledger["files"][p]["examples"] for p in names] == sizes
-    assert all(ledger["files"][p]["status"] == "ok" for p in names)
-    steps = sum(-(-n // BATCH) for n in sizes)
+    for i, path in enumerate(names):
+        entry = ledger["files"][path]
+        if i in damaged:
+            assert entry["status"] == "bad" and entry["examples"] == 0
+            assert f"{path}:12: not a serialized tf.Example" in entry["where"]
+        else:
+            assert entry["status"] == "ok" and entry["examples"] == sizes[i]
+    def content(led):
+        return {p: {k: v for k, v in e.items() if k != "consumed_unix"}
+                for p, e in led["files"].items()}
+    assert content(ledger) == content(r_ledger)
+    steps = sum(-(-n // BATCH) for i, n in enumerate(sizes) if i not in damaged)
     assert manifest["train_step"] == r_manifest["train_step"] == steps
     # ... and the model bit-identical to the uninterrupted run's.
     assert sorted(tables) == sorted(r_tables)
@@ -342,18 +369,21 @@ def _kill_and_resume(tmp_path: pathlib.Path, kills: int, seed: int):
     assert sorted(dense) == sorted(r_dense)
     for n in dense:
         assert np.asarray(dense[n]).tobytes() == np.asarray(r_dense[n]).tobytes(), n
-    return logs
+    # Files a killed run trained past its newest checkpoint: trained again.
+    trained = [line.split()[2] for text in logs for line in text.splitlines()
+               if line.startswith("tnet.train: trained ")]
+    return len(trained) - len(set(trained))
 
 
 def test_kill_9_at_random_points_trains_every_file_exactly_once(tmp_path):
-    seed = int(os.environ.get("FUZZ_SEED", "0") or 0)
-    _kill_and_resume(tmp_path, kills=3, seed=seed)
+    _kill_and_resume(tmp_path, kills=3, seed=fuzz_seed())
 
 
 @pytest.mark.long
 def test_kill_9_at_twenty_random_points(tmp_path):
-    seed = int(os.environ.get("FUZZ_SEED", "0") or 0)
-    _kill_and_resume(tmp_path, kills=20, seed=seed + 1)
+    retrained = _kill_and_resume(tmp_path, kills=20, seed=fuzz_seed() + 1)
+    # Some kill fell after a file was trained and before its checkpoint.
+    assert retrained >= 1
 
 
 def test_cli_bad_file_fail_exits_4_naming_the_record(tmp_path):
@@ -372,35 +402,3 @@ def test_cli_bad_file_fail_exits_4_naming_the_record(tmp_path):
     ledger = tn.saving.read_state(
         tn.saving.latest_checkpoint(str(tmp_path / "ckpt")), "stream")
     assert sorted(ledger["files"]) == [str(data / "a-1.tfrecord")]
-    # skip (the default): recorded as bad, the run goes on and ends cleanly.
-    res = subprocess.run(_cli(tmp_path, "ckpt", "--stream_idle_secs=1"),
-                         cwd=tmp_path, env=_env(), text=True,
-                         capture_output=True, timeout=400)
-    assert res.returncode == 0, res.stderr[-3000:]
-    summary = json.loads((tmp_path / "ckpt-run" / "summary.json").read_text())
-    assert summary["streamed"]["bad_files"] == [str(data / "a-2.tfrecord")]
-    assert summary["streamed"]["files"] == 0  # a-1 was trained by the first run
-    assert "a-2.tfrecord:6:" in res.stdout
-
-
-def test_sigterm_stops_after_a_clean_checkpoint(tmp_path):
-    bd.write_spec(tmp_path / "spec.json")
-    data = tmp_path / "in"
-    for i in range(3):
-        _land(data, f"s-{i}.tfrecord", bd.rows(50, seed=i))
-    log = tmp_path / "run.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(_cli(tmp_path, "ckpt"), cwd=tmp_path, env=_env(),
-                                stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.time() + 240
-        while "trained" not in log.read_text() or "s-2" not in log.read_text():
-            assert proc.poll() is None and time.time() < deadline, log.read_text()
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
-    text = log.read_text()
-    assert "stream stopped (SIGTERM)" in text
-    ledger = tn.saving.read_state(
-        tn.saving.latest_checkpoint(str(tmp_path / "ckpt")), "stream")
-    assert len(ledger["files"]) == 3
-    assert glob.glob(str(tmp_path / "ckpt" / ".ckpt-*")) == []
