@@ -46,13 +46,14 @@ with log.hold_startup_chatter(log.quiet_tensorflow()):
     from tnet import layers  # noqa: E402
     from tnet import model  # noqa: E402
     from tnet import models  # noqa: E402
+    from tnet import monitoring  # noqa: E402
     from tnet import optimizer  # noqa: E402
     from tnet import saving  # noqa: E402
     from tnet.model import Model  # noqa: E402
     from tnet.table import SparseTable  # noqa: E402
 
 __all__ = ["SparseTable", "Model", "bind", "callbacks", "data", "distribute", "feature_column", "layers", "log",
-           "model", "models", "optimizer", "saving"]
+           "model", "models", "monitoring", "optimizer", "saving"]
 # The package version (setup.py reads it from here; a wheel adds
 # "+tf<X.Y.Z>", the TensorFlow its op library was built for).
 __version__ = "0.2.0"

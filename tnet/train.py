@@ -89,6 +89,10 @@ flags.DEFINE_enum("bad_files", "skip", ["skip", "fail"], "With --stream: a "
                   "damaged file (named file:record) is recorded as bad and "
                   "skipped, or stops the run after a checkpoint with exit "
                   "status 4.")
+flags.DEFINE_integer("metrics_port", -1, "With --stream: serve Prometheus "
+                     "metrics (files trained and pending, lag, freshness, "
+                     "step, checkpoint time, table rows, memory) on this "
+                     "port at /metrics (0: any free port, printed; -1: off).")
 flags.DEFINE_integer("checkpoint_every_n_files", 0, "With --stream: "
                      "checkpoint after every N files (0: off).")
 flags.DEFINE_float("checkpoint_every_seconds", 0, "With --stream: "

@@ -85,6 +85,13 @@ def run_stream(strategy, cli) -> dict:
     maintenance = cli._lifecycle(model, checkpoints)  # noqa: SLF001
     if maintenance is not None:
         callbacks.append(maintenance)
+    metrics = None
+    if FLAGS.metrics_port >= 0:
+        metrics = tn.monitoring.TrainerMetrics(stream)
+        port = metrics.serve(FLAGS.metrics_port)
+        callbacks.append(metrics.callback(checkpoints))
+        print(f"tnet.train: metrics on http://0.0.0.0:{port}/metrics",
+              flush=True)
     restore_signals = _stop_on_sigterm(stream)
     print(f"tnet.train: streaming {FLAGS.stream} (landed: "
           f"{FLAGS.stream_landed}, poll {FLAGS.stream_poll_secs:g} s)",
@@ -103,6 +110,8 @@ def run_stream(strategy, cli) -> dict:
                 checkpoints.finish()
     finally:
         restore_signals()
+        if metrics is not None:
+            metrics.close()
     seconds = time.perf_counter() - start
     if stream.error is not None:
         raise RuntimeError(stream.error)

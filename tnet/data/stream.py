@@ -84,6 +84,14 @@ def _split(pattern: str):
     return head or ".", tail
 
 
+def _file_mtime(path: str) -> float:
+    """Modification time (tf.io.gfile.stat reads whole seconds of a
+    local file: os.stat there)."""
+    if "://" not in path:
+        return os.stat(path).st_mtime
+    return tf.io.gfile.stat(path).mtime_nsec / 1e9
+
+
 def _is_data_name(base: str) -> bool:
     return not (base.startswith((".", "_")) or base.endswith(_IN_PROGRESS)
                 or base.endswith(DONE_SUFFIX))
@@ -193,6 +201,7 @@ class FileStream:
         self.examples_consumed = 0
         self.bad_files_found = 0
         self.newest_consumed: Optional[str] = None
+        self.newest_trained_mtime: Optional[float] = None
 
     # --------------------------------------------------------- control
     def stop(self, reason: str = "stop requested") -> None:
@@ -242,7 +251,7 @@ class FileStream:
 
     def _mtime(self, path: str) -> float:
         if path not in self._mtimes:
-            self._mtimes[path] = tf.io.gfile.stat(path).mtime_nsec / 1e9
+            self._mtimes[path] = _file_mtime(path)
         return self._mtimes[path]
 
     def poll(self) -> List[str]:
@@ -283,10 +292,21 @@ class FileStream:
                 if (self.newest_consumed is None
                         or entry["path"] > self.newest_consumed):
                     self.newest_consumed = entry["path"]
+                if entry.get("mtime") and (
+                        self.newest_trained_mtime is None
+                        or entry["mtime"] > self.newest_trained_mtime):
+                    self.newest_trained_mtime = entry["mtime"]
             if entry["path"] in self.pending:
                 self.pending.remove(entry["path"])
         if self.on_consume is not None:
             self.on_consume(entry["path"], entry)
+
+    def pending_state(self):
+        """(files landed and not trained at the newest listing, the oldest
+        one's modification time or None)."""
+        with self._lock:
+            times = [self._mtimes[p] for p in self.pending if p in self._mtimes]
+            return len(self.pending), (min(times) if times else None)
 
     def ledger_state(self) -> dict:
         """The ledger as a checkpoint stores it (compacted first)."""
@@ -348,7 +368,7 @@ class _Reader:
         from tnet.data import readers  # noqa: PLC0415
         entry: Dict[str, Any] = {"path": path}
         try:
-            entry["mtime"] = tf.io.gfile.stat(path).mtime_nsec / 1e9
+            entry["mtime"] = _file_mtime(path)
             entry["size"], entry["sha256"] = _checksum(path)
         except (tf.errors.OpError, OSError) as e:
             return dict(entry, status="bad", size=0, sha256="", mtime=0.0,

@@ -1,0 +1,195 @@
+"""Prometheus metrics of a streaming trainer (`--metrics_port`).
+
+    metrics = tn.monitoring.TrainerMetrics(stream)
+    port = metrics.serve(9100)           # http://host:9100/metrics
+    model.fit(data, callbacks=[checkpoint, metrics.callback(checkpoint)])
+
+Exposed (text format, scraped by Prometheus):
+
+* `tnet_stream_files_trained_total`, `tnet_stream_examples_trained_total`,
+  `tnet_stream_bad_files_total`: counters of this process.
+* `tnet_stream_files_pending`: files landed and not trained, at the
+  newest listing; `tnet_stream_oldest_pending_age_seconds`: now minus the
+  modification time of the oldest of them (0 when none).
+* `tnet_stream_lag_seconds`: now minus the modification time of the newest
+  file trained (when its writer closed it: its newest events); it grows
+  while training falls behind or no file lands.
+* `tnet_stream_file_ready_to_trained_seconds`: histogram, per file, from
+  its modification time to the end of its training.
+* `tnet_train_step`, `tnet_last_checkpoint_timestamp_seconds`,
+  `tnet_last_publish_timestamp_seconds` (with publishing),
+  `tnet_table_rows{table=...}`.
+* `process_resident_memory_bytes` and the other `process_*` metrics of
+  prometheus_client's process collector.
+
+Values of the stream are read when scraped; the step, checkpoint, publish
+and table rows are updated by the callback on the training thread (the
+table sizes at most every `rows_every_seconds`), so a scrape never runs a
+TensorFlow op beside training.
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import tf_keras
+
+__all__ = ["TrainerMetrics"]
+
+BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, 300, 600,
+           1800, 3600)
+
+
+class TrainerMetrics:
+    """The metrics of a trainer reading `stream` (a tn.data.FileStream, or
+    None for a trainer without one), in their own registry."""
+
+    def __init__(self, stream=None, registry=None):
+        import prometheus_client as pc  # noqa: PLC0415
+        self._pc = pc
+        self.stream = stream
+        self.registry = registry or pc.CollectorRegistry()
+        pc.ProcessCollector(registry=self.registry)
+        self.freshness = pc.Histogram(
+            "tnet_stream_file_ready_to_trained_seconds",
+            "Per file: from its modification time to the end of its training.",
+            buckets=BUCKETS, registry=self.registry)
+        self.step = 0
+        self.last_checkpoint: Optional[float] = None
+        self.last_publish: Optional[float] = None
+        self.table_rows: dict = {}
+        self.server = None
+        self.registry.register(_Collector(self))
+        if stream is not None:
+            previous = stream.on_consume
+
+            def consumed(path, entry):
+                if previous is not None:
+                    previous(path, entry)
+                self.observe_file(entry)
+            stream.on_consume = consumed
+
+    def observe_file(self, entry: dict) -> None:
+        if entry.get("status") == "ok" and entry.get("mtime"):
+            self.freshness.observe(max(0.0, entry["consumed_unix"]
+                                       - entry["mtime"]))
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
+        """Serves /metrics on `port` (0: any free port); returns the port."""
+        server, _ = self._pc.start_http_server(port, addr=addr,
+                                               registry=self.registry)
+        self.server = server
+        return server.server_port
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def exposition(self) -> str:
+        """The metrics in Prometheus' text format, as a scrape gets them."""
+        return self._pc.generate_latest(self.registry).decode()
+
+    def callback(self, checkpoint=None, publisher=None,
+                 rows_every_seconds: float = 5.0) -> tf_keras.callbacks.Callback:
+        """A Keras callback that keeps the step, the checkpoint and publish
+        times and the table rows current (one process)."""
+        return _Updater(self, checkpoint, publisher, rows_every_seconds)
+
+
+class _Updater(tf_keras.callbacks.Callback):
+    def __init__(self, metrics, checkpoint, publisher, rows_every_seconds):
+        super().__init__()
+        self.metrics = metrics
+        self.checkpoint = checkpoint
+        self.publisher = publisher
+        self.rows_every = float(rows_every_seconds)
+        self._rows_at = 0.0
+        self._saved = None
+        self._published = 0
+
+    def _update(self, force_rows: bool = False) -> None:
+        m = self.metrics
+        m.step = int(self.model.optimizer.iterations.numpy())
+        if self.checkpoint is not None and (
+                self.checkpoint.last_saved_path != self._saved):
+            self._saved = self.checkpoint.last_saved_path
+            m.last_checkpoint = time.time()
+        if self.publisher is not None and len(
+                self.publisher.published) != self._published:
+            self._published = len(self.publisher.published)
+            m.last_publish = time.time()
+        now = time.monotonic()
+        if force_rows or now - self._rows_at >= self.rows_every:
+            self._rows_at = now
+            tables = getattr(self.model, "tables", None)
+            if tables is not None:
+                m.table_rows = {n: int(t.size()) for n, t in tables().items()}
+
+    def on_train_begin(self, logs=None):
+        self._saved = (self.checkpoint.last_saved_path
+                       if self.checkpoint is not None else None)
+        self._update(force_rows=True)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._update()
+
+    def on_train_end(self, logs=None):
+        self._update(force_rows=True)
+
+
+class _Collector:
+    """Reads the stream's counters when scraped."""
+
+    def __init__(self, metrics: TrainerMetrics):
+        self.metrics = metrics
+
+    def collect(self):
+        from prometheus_client.core import (  # noqa: PLC0415
+            CounterMetricFamily, GaugeMetricFamily)
+        m, s = self.metrics, self.metrics.stream
+        now = time.time()
+        if s is not None:
+            yield CounterMetricFamily(
+                "tnet_stream_files_trained", "Files trained by this process.",
+                value=s.files_consumed)
+            yield CounterMetricFamily(
+                "tnet_stream_examples_trained",
+                "Examples trained by this process.",
+                value=s.examples_consumed)
+            yield CounterMetricFamily(
+                "tnet_stream_bad_files", "Damaged files found and recorded.",
+                value=s.bad_files_found)
+            pending, oldest = s.pending_state()
+            yield GaugeMetricFamily(
+                "tnet_stream_files_pending",
+                "Files landed and not trained, at the newest listing.",
+                value=pending)
+            yield GaugeMetricFamily(
+                "tnet_stream_oldest_pending_age_seconds",
+                "Now minus the modification time of the oldest pending file.",
+                value=max(0.0, now - oldest) if oldest is not None else 0.0)
+            if s.newest_trained_mtime is not None:
+                yield GaugeMetricFamily(
+                    "tnet_stream_lag_seconds",
+                    "Now minus the modification time of the newest file "
+                    "trained.", value=max(0.0, now - s.newest_trained_mtime))
+        yield GaugeMetricFamily("tnet_train_step", "optimizer.iterations.",
+                                value=m.step)
+        if m.last_checkpoint is not None:
+            yield GaugeMetricFamily(
+                "tnet_last_checkpoint_timestamp_seconds",
+                "Unix time of the newest checkpoint.",
+                value=m.last_checkpoint)
+        if m.last_publish is not None:
+            yield GaugeMetricFamily(
+                "tnet_last_publish_timestamp_seconds",
+                "Unix time of the newest delta published.",
+                value=m.last_publish)
+        if m.table_rows:
+            rows = GaugeMetricFamily("tnet_table_rows", "Rows per table.",
+                                     labels=["table"])
+            for name, n in sorted(m.table_rows.items()):
+                rows.add_metric([name], n)
+            yield rows
