@@ -336,12 +336,20 @@ def _kill_and_resume(tmp_path: pathlib.Path, kills: int, seed: int):
     assert "stream stopped (SIGTERM)" in logs[-1]
     assert glob.glob(str(tmp_path / "ckpt" / ".ckpt-*")) == []
     n_files = len(sizes)
+    # The uninterrupted run also publishes deltas and serves metrics: they
+    # read the tables and must not change what training computes.
     reference = subprocess.run(_cli(tmp_path, "reference",
-                                    "--stream_idle_secs=1"),
+                                    "--stream_idle_secs=1",
+                                    f"--export_dir={tmp_path / 'export'}",
+                                    "--publish_every_seconds=2",
+                                    "--metrics_port=0"),
                                cwd=tmp_path, env=_env(), text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                timeout=400)
     assert reference.returncode == 0, reference.stdout[-4000:]
+    assert "tnet.train: metrics on http://" in reference.stdout
+    summary = json.loads((tmp_path / "reference-run" / "summary.json").read_text())
+    assert summary["published"] and all(os.path.isdir(p) for p in summary["published"])
     manifest, tables, dense, ledger = _final_state(tmp_path / "ckpt")
     r_manifest, r_tables, r_dense, r_ledger = _final_state(tmp_path / "reference")
     # Every landed file trained exactly once: the ledger, the example
@@ -402,3 +410,50 @@ def test_cli_bad_file_fail_exits_4_naming_the_record(tmp_path):
     ledger = tn.saving.read_state(
         tn.saving.latest_checkpoint(str(tmp_path / "ckpt")), "stream")
     assert sorted(ledger["files"]) == [str(data / "a-1.tfrecord")]
+
+
+def _padded(features):
+    out = {}
+    for k, v in features.items():
+        if isinstance(v, tf.RaggedTensor):
+            v = v.to_tensor(default_value="" if v.dtype == tf.string else -1)
+        out[k] = v
+    return out
+
+
+def test_publishing_while_streaming_serves_each_file_once_trained(tmp_path, spec):
+    from tnet.serving import follow  # noqa: PLC0415
+    data = tmp_path / "in"
+    first = _land(data, "p-000.tfrecord", bd.rows(50, seed=0))
+    probe, _ = next(iter(spec.dataset(str(first), "tfrecord", 50)))
+    model = _model(spec)
+    model(probe, training=False)
+    export = str(tmp_path / "export" / "1")
+    tn.saving.export_for_serving(model, export, updatable=True)
+    stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=1.5)
+    n_files = 4
+
+    def writer():  # each file lands once the one before is trained
+        for i in range(1, n_files):
+            while stream.files_consumed < i:
+                time.sleep(0.02)
+            time.sleep(0.3)
+            _land(data, f"p-{i:03d}.tfrecord", bd.rows(40, seed=i))
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    ckpt = tn.callbacks.StreamCheckpoint(tmp_path / "ckpt", stream, verbose=0)
+    publisher = tn.callbacks.PublishDeltas(export, every_seconds=3600,
+                                           compact_at=None, stream=stream)
+    model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH),
+              callbacks=[ckpt, publisher], verbose=0)
+    thread.join()
+    # Training caught up at the end of every file: one delta each, no timer.
+    assert len(publisher.published) == n_files
+    loaded = tf.saved_model.load(export)
+    follow.Follower(export, [follow.InProcessTarget(loaded)],
+                    say=lambda m: None).step()
+    served = loaded.signatures["serving_default"](**_padded(probe))
+    served = next(iter(served.values())).numpy().reshape(-1)
+    trained = model(probe, training=False).numpy().reshape(-1)
+    np.testing.assert_allclose(served, trained, atol=1e-5)

@@ -646,6 +646,13 @@ class PublishDeltas(tf_keras.callbacks.Callback):
     `tn.saving.publish_delta`).
     `published` lists the delta (or new base) directories it wrote.
 
+    `stream`: the `tn.data.FileStream` of a `stream_dataset` being
+    trained. Then it also publishes as soon as training has caught up
+    with the landed files (the step that ends a file when no other file
+    is waiting), so the served model does not wait for a timer while no
+    file lands; `every_seconds` / `every_n_steps` bound the interval
+    while training is behind.
+
     Example:
         ```python
         tn.saving.export_for_serving(model, "/models/ranker/1", updatable=True)
@@ -659,8 +666,10 @@ class PublishDeltas(tf_keras.callbacks.Callback):
                  every_seconds: Optional[float] = None,
                  at_train_end: bool = True,
                  compact_at: Optional[float] = 0.1,
-                 rotate_update_key: bool = False):
+                 rotate_update_key: bool = False, stream=None):
         super().__init__()
+        self.stream = getattr(stream, "stream", stream)
+        self._batches = 0
         if every_n_steps is not None and (
                 isinstance(every_n_steps, bool) or int(every_n_steps) < 1):
             raise ValueError(f"every_n_steps must be a positive int or None, "
@@ -682,8 +691,8 @@ class PublishDeltas(tf_keras.callbacks.Callback):
 
     def _implements_train_batch_hooks(self):
         return (self.every_n_steps is not None
-                or self.every_seconds is not None) and not _under_pss(
-                    self.model)
+                or self.every_seconds is not None
+                or self.stream is not None) and not _under_pss(self.model)
 
     def on_train_begin(self, logs=None):
         import time  # noqa: PLC0415
@@ -692,6 +701,7 @@ class PublishDeltas(tf_keras.callbacks.Callback):
             self.model, fresh.newest_export(self.export_dir))
         self._last_time = time.monotonic()
         self._last_step = _iterations(self.model)
+        self._batches = 0
 
     def _publish(self):
         import time  # noqa: PLC0415
@@ -719,8 +729,14 @@ class PublishDeltas(tf_keras.callbacks.Callback):
                     >= self.every_seconds)
 
     def on_train_batch_end(self, batch, logs=None):
-        if self._due():
+        self._batches += 1
+        if self._due() or self._caught_up():
             self._publish()
+
+    def _caught_up(self) -> bool:
+        feed = getattr(self.stream, "_feed", None)
+        return (feed is not None and feed.caught_up(self._batches)
+                and _iterations(self.model) != self._last_step)
 
     def on_epoch_end(self, epoch, logs=None):
         if _under_pss(self.model) and (self._due() or self.every_n_steps is

@@ -85,14 +85,27 @@ def run_stream(strategy, cli) -> dict:
     maintenance = cli._lifecycle(model, checkpoints)  # noqa: SLF001
     if maintenance is not None:
         callbacks.append(maintenance)
+    restore_signals = _stop_on_sigterm(stream)
+    publisher = None
+    if cli._publishing():  # noqa: SLF001
+        base = _publish_base(cli, model, spec, stream)
+        if base is not None:
+            # After the StreamCheckpoint: it publishes from the restored
+            # model; at once when training catches up with the stream.
+            publisher = tn.callbacks.PublishDeltas(
+                FLAGS.export_dir,
+                every_n_steps=FLAGS.publish_every_n_steps or None,
+                every_seconds=FLAGS.publish_every_seconds or None,
+                compact_at=FLAGS.publish_compact_at or None, stream=stream)
+            callbacks.append(publisher)
+            print(f"tnet.train: publishing deltas to {base}", flush=True)
     metrics = None
     if FLAGS.metrics_port >= 0:
         metrics = tn.monitoring.TrainerMetrics(stream)
         port = metrics.serve(FLAGS.metrics_port)
-        callbacks.append(metrics.callback(checkpoints))
+        callbacks.append(metrics.callback(checkpoints, publisher))
         print(f"tnet.train: metrics on http://0.0.0.0:{port}/metrics",
               flush=True)
-    restore_signals = _stop_on_sigterm(stream)
     print(f"tnet.train: streaming {FLAGS.stream} (landed: "
           f"{FLAGS.stream_landed}, poll {FLAGS.stream_poll_secs:g} s)",
           flush=True)
@@ -130,6 +143,8 @@ def run_stream(strategy, cli) -> dict:
         "tables": {n: {"rows": int(t.size())}
                    for n, t in model.tables().items()},
     }
+    if publisher is not None:
+        summary["published"] = publisher.published
     if checkpoints is not None:
         summary["checkpoint"] = {
             "restored_step": checkpoints.restored_step,
@@ -146,6 +161,29 @@ def run_stream(strategy, cli) -> dict:
     if stream.failure is not None:
         raise BadInputError(stream.failure)
     return summary
+
+
+def _publish_base(cli, model, spec, stream):
+    """The updatable export the stream publishes into: the newest one in
+    --export_dir, else the model as it stands (restored from the newest
+    checkpoint, or new) exported once a first file has landed (its rows
+    are the export's sample). None when the stream stopped before."""
+    from tnet.train_data import SpecJobData  # noqa: PLC0415
+    base = cli.updatable_export_of(FLAGS.export_dir)
+    if base is not None:
+        return base
+    if FLAGS.checkpoint_dir and tn.saving.latest_checkpoint(
+            FLAGS.checkpoint_dir):
+        tn.saving.restore(model, FLAGS.checkpoint_dir)
+    while not stream.stopping:
+        landed = stream.list_landed()
+        if landed:
+            break
+        time.sleep(FLAGS.stream_poll_secs)
+    else:
+        return None
+    job = SpecJobData(False, spec, landed[:1], landed[:1], count=False)
+    return cli.export_and_check(model, job, sample_data=job.eval())["path"]
 
 
 def _stop_on_sigterm(stream):

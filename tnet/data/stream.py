@@ -432,6 +432,7 @@ class _Feed:
         self.queue: "queue.Queue" = queue.Queue(maxsize=max(2, queue_batches))
         self.yielded = 0
         self.ends: List[tuple] = []  # (entry, batches yielded at its end)
+        self.last_end = -1
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._produce, daemon=True,
                                        name="tnet-stream")
@@ -510,6 +511,7 @@ class _Feed:
                     return
                 with self.lock:
                     self.ends.append((entry, self.yielded + n))
+                    self.last_end = self.yielded + n
                 for _ in range(n):
                     batch = self.queue.get()
                     self.yielded += 1
@@ -518,6 +520,12 @@ class _Feed:
                     self.consume_through(self.yielded)
         finally:
             self.closed.set()
+
+    def caught_up(self, trained: int) -> bool:
+        """Whether `trained` steps are every batch yielded, at a file end,
+        with nothing read ahead: training has caught up with the stream."""
+        return (self.last_end == trained == self.yielded
+                and self.queue.empty())
 
     def consume_through(self, trained: int) -> int:
         """Moves every file whose batches are all trained into the ledger;
