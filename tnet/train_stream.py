@@ -167,22 +167,28 @@ def _publish_base(cli, model, spec, stream):
     """The updatable export the stream publishes into: the newest one in
     --export_dir, else the model as it stands (restored from the newest
     checkpoint, or new) exported once a first file has landed (its rows
-    are the export's sample). None when the stream stopped before."""
+    are the export's sample). None when the stream stopped before. Either
+    way the model is built (called on that sample) before `fit`."""
     from tnet.train_data import SpecJobData  # noqa: PLC0415
-    base = cli.updatable_export_of(FLAGS.export_dir)
-    if base is not None:
-        return base
-    if FLAGS.checkpoint_dir and tn.saving.latest_checkpoint(
-            FLAGS.checkpoint_dir):
-        tn.saving.restore(model, FLAGS.checkpoint_dir)
+    landed = []
     while not stream.stopping:
         landed = stream.list_landed()
         if landed:
             break
         time.sleep(FLAGS.stream_poll_secs)
-    else:
+    if not landed:
         return None
     job = SpecJobData(False, spec, landed[:1], landed[:1], count=False)
+    base = cli.updatable_export_of(FLAGS.export_dir)
+    if base is not None:
+        if not model.built:  # the publisher reads the model's tables
+            features = dict(next(iter(job.eval()))[0])
+            features.pop(spec.group_key or "", None)
+            model(features, training=False)
+        return base
+    if FLAGS.checkpoint_dir and tn.saving.latest_checkpoint(
+            FLAGS.checkpoint_dir):
+        tn.saving.restore(model, FLAGS.checkpoint_dir)
     return cli.export_and_check(model, job, sample_data=job.eval())["path"]
 
 
