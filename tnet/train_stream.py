@@ -92,11 +92,8 @@ def run_stream(strategy, cli) -> dict:
         if base is not None:
             # After the StreamCheckpoint: it publishes from the restored
             # model; at once when training catches up with the stream.
-            publisher = tn.callbacks.PublishDeltas(
-                FLAGS.export_dir,
-                every_n_steps=FLAGS.publish_every_n_steps or None,
-                every_seconds=FLAGS.publish_every_seconds or None,
-                compact_at=FLAGS.publish_compact_at or None, stream=stream)
+            publisher = cli._publisher()  # noqa: SLF001
+            publisher.stream = stream
             callbacks.append(publisher)
             print(f"tnet.train: publishing deltas to {base}", flush=True)
     metrics = None
