@@ -175,17 +175,26 @@ def _publish_base(cli, model, spec, stream):
         time.sleep(FLAGS.stream_poll_secs)
     if not landed:
         return None
+    from tnet.saving import fresh  # noqa: PLC0415
     job = SpecJobData(False, spec, landed[:1], landed[:1], count=False)
+    latest = (tn.saving.latest_checkpoint(FLAGS.checkpoint_dir)
+              if FLAGS.checkpoint_dir else None)
+    start = tn.saving.read_manifest(latest)["train_step"] if latest else 0
     base = cli.updatable_export_of(FLAGS.export_dir)
-    if base is not None:
+    if base is not None and fresh.read_info(base)["through_step"] <= start - 1:
         if not model.built:  # the publisher reads the model's tables
             features = dict(next(iter(job.eval()))[0])
             features.pop(spec.group_key or "", None)
             model(features, training=False)
         return base
-    if FLAGS.checkpoint_dir and tn.saving.latest_checkpoint(
-            FLAGS.checkpoint_dir):
-        tn.saving.restore(model, FLAGS.checkpoint_dir)
+    if base is not None:
+        # A base newer than the checkpoint (a compaction after it, then a
+        # kill): deltas cannot take it back, a new base from the restored
+        # model can (the follower moves to the newest base).
+        print(f"tnet.train: {base} holds training after the newest "
+              f"checkpoint (step {start}); exporting a new base", flush=True)
+    if latest is not None:
+        tn.saving.restore(model, latest)
     return cli.export_and_check(model, job, sample_data=job.eval())["path"]
 
 
