@@ -25,6 +25,8 @@ from absl import app, flags
 import tnet as tn
 from tnet.saving.files import write_json_atomic
 
+_LOG = tn.log.get("train")
+
 FLAGS = flags.FLAGS
 
 
@@ -79,8 +81,8 @@ def run_stream(strategy, cli) -> dict:
         callbacks.append(checkpoints)
         cli._RUN["checkpoints"] = checkpoints  # noqa: SLF001
     else:
-        print("tnet.train: --stream without --checkpoint_dir: nothing is "
-              "saved, a restart trains every file again", flush=True)
+        _LOG.warning("tnet.train: --stream without --checkpoint_dir: nothing is "
+                     "saved, a restart trains every file again")
     cli._RUN["model"] = model  # noqa: SLF001
     maintenance = cli._lifecycle(model, checkpoints)  # noqa: SLF001
     if maintenance is not None:
@@ -95,17 +97,15 @@ def run_stream(strategy, cli) -> dict:
             publisher = cli._publisher()  # noqa: SLF001
             publisher.stream = stream
             callbacks.append(publisher)
-            print(f"tnet.train: publishing deltas to {base}", flush=True)
+            _LOG.info(f"tnet.train: publishing deltas to {base}")
     metrics = None
     if FLAGS.metrics_port >= 0:
         metrics = tn.monitoring.TrainerMetrics(stream)
         port = metrics.serve(FLAGS.metrics_port)
         callbacks.append(metrics.callback(checkpoints, publisher))
-        print(f"tnet.train: metrics on http://0.0.0.0:{port}/metrics",
-              flush=True)
-    print(f"tnet.train: streaming {FLAGS.stream} (landed: "
-          f"{FLAGS.stream_landed}, poll {FLAGS.stream_poll_secs:g} s)",
-          flush=True)
+        _LOG.info(f"tnet.train: metrics on http://0.0.0.0:{port}/metrics")
+    _LOG.info(f"tnet.train: streaming {FLAGS.stream} (landed: "
+          f"{FLAGS.stream_landed}, poll {FLAGS.stream_poll_secs:g} s)")
     start = time.perf_counter()
     try:
         try:
@@ -150,9 +150,9 @@ def run_stream(strategy, cli) -> dict:
     os.makedirs(FLAGS.model_dir, exist_ok=True)
     write_json_atomic(os.path.join(FLAGS.model_dir, "summary.json"), summary,
                       indent=2)
-    print(f"tnet.train: stream stopped ({stream.stop_reason}): "
-          f"{stream.files_consumed} files, {stream.examples_consumed} "
-          f"examples trained in this run", flush=True)
+    _LOG.info(f"tnet.train: stream stopped ({stream.stop_reason}): "
+              f"{stream.files_consumed} files, {stream.examples_consumed} "
+              f"examples trained in this run")
     print(json.dumps({"train": summary["train"],
                       "streamed": summary["streamed"]}, indent=2), flush=True)
     if stream.failure is not None:
@@ -191,8 +191,8 @@ def _publish_base(cli, model, spec, stream):
         # A base newer than the checkpoint (a compaction after it, then a
         # kill): deltas cannot take it back, a new base from the restored
         # model can (the follower moves to the newest base).
-        print(f"tnet.train: {base} holds training after the newest "
-              f"checkpoint (step {start}); exporting a new base", flush=True)
+        _LOG.info(f"tnet.train: {base} holds training after the newest "
+                  f"checkpoint (step {start}); exporting a new base")
     if latest is not None:
         tn.saving.restore(model, latest)
     return cli.export_and_check(model, job, sample_data=job.eval())["path"]
@@ -233,7 +233,6 @@ def _stop_on_sigterm(stream):
 
 def _log_file(path: str, entry: dict) -> None:
     if entry["status"] == "ok":
-        print(f"tnet.train: trained {path} ({entry['examples']} examples)",
-              flush=True)
+        _LOG.info(f"tnet.train: trained {path} ({entry['examples']} examples)")
     else:
-        print(f"tnet.train: recorded bad file {entry['where']}", flush=True)
+        _LOG.info(f"tnet.train: recorded bad file {entry['where']}")

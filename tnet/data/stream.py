@@ -51,13 +51,13 @@ import hashlib
 import os
 import posixpath
 import queue
-import sys
 import threading
 import time
 from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
+from tnet import log
 from tnet.data.spec import FeatureSpec
 
 __all__ = ["FileStream", "stream_dataset", "LANDED"]
@@ -71,7 +71,7 @@ LEDGER_FORMAT = 1
 
 
 def _log(message: str) -> None:
-    print(f"tnet.stream: {message}", file=sys.stderr, flush=True)
+    log.get("stream").warning(f"tnet.stream: {message}")
 
 
 def _split(pattern: str):
