@@ -221,34 +221,46 @@ empties the shard's pending maps first; keys that have a row are skipped.
 counters: [5] sets the lifecycle counters, empty leaves them.
 )doc");
 
+// SparseTableExport and SparseTableExportSince: one signature after their
+// scalar inputs (cursor, max_rows[, since_step]), one shape function.
+#define TNET_EXPORT_OUTPUTS                \
+  Output("keys: int64")                    \
+      .Output("weights: float")            \
+      .Output("slots: float")              \
+      .Output("meta: double")              \
+      .Output("next_cursor: int64")        \
+      .Attr("dim: int")                    \
+      .Attr("weights_only: bool = false")  \
+      .SetIsStateful()                     \
+      .SetShapeFn(ExportShape)
+
+namespace {
+
+Status ExportShape(InferenceContext* c) {
+  for (int i = 1; i < c->num_inputs(); ++i) {
+    TF_RETURN_IF_ERROR(ScalarInput(c, i));
+  }
+  int64_t dim;
+  TF_RETURN_IF_ERROR(DimAttr(c, &dim));
+  DimensionHandle n = c->UnknownDim();
+  c->set_output(0, c->Vector(n));
+  c->set_output(1, c->Matrix(n, dim));
+  bool weights_only = false;
+  TF_RETURN_IF_ERROR(c->GetAttr("weights_only", &weights_only));
+  c->set_output(2, c->Matrix(n, weights_only ? c->MakeDim(0)
+                                             : c->UnknownDim()));
+  c->set_output(3, c->Matrix(n, weights_only ? 0 : 3));
+  c->set_output(4, c->Scalar());
+  return ::tensorflow::OkStatus();
+}
+
+}  // namespace
+
 REGISTER_OP("SparseTableExport")
     .Input("table: resource")
     .Input("cursor: int64")
     .Input("max_rows: int64")
-    .Output("keys: int64")
-    .Output("weights: float")
-    .Output("slots: float")
-    .Output("meta: double")
-    .Output("next_cursor: int64")
-    .Attr("dim: int")
-    .Attr("weights_only: bool = false")
-    .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) -> Status {
-      TF_RETURN_IF_ERROR(ScalarInput(c, 1));
-      TF_RETURN_IF_ERROR(ScalarInput(c, 2));
-      int64_t dim;
-      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
-      DimensionHandle n = c->UnknownDim();
-      c->set_output(0, c->Vector(n));
-      c->set_output(1, c->Matrix(n, dim));
-      bool weights_only = false;
-      TF_RETURN_IF_ERROR(c->GetAttr("weights_only", &weights_only));
-      c->set_output(2, c->Matrix(n, weights_only ? c->MakeDim(0)
-                                                 : c->UnknownDim()));
-      c->set_output(3, c->Matrix(n, weights_only ? 0 : 3));
-      c->set_output(4, c->Scalar());
-      return ::tensorflow::OkStatus();
-    })
+    .TNET_EXPORT_OUTPUTS
     .Doc(R"doc(
 Copies up to max_rows live rows from `cursor` (0 starts, -1 means done).
 meta columns: show, click, last_step. next_cursor is -1 when the table has
@@ -263,36 +275,14 @@ REGISTER_OP("SparseTableExportSince")
     .Input("cursor: int64")
     .Input("max_rows: int64")
     .Input("since_step: int64")
-    .Output("keys: int64")
-    .Output("weights: float")
-    .Output("slots: float")
-    .Output("meta: double")
-    .Output("next_cursor: int64")
-    .Attr("dim: int")
-    .Attr("weights_only: bool = false")
-    .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) -> Status {
-      TF_RETURN_IF_ERROR(ScalarInput(c, 1));
-      TF_RETURN_IF_ERROR(ScalarInput(c, 2));
-      TF_RETURN_IF_ERROR(ScalarInput(c, 3));
-      int64_t dim;
-      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
-      DimensionHandle n = c->UnknownDim();
-      c->set_output(0, c->Vector(n));
-      c->set_output(1, c->Matrix(n, dim));
-      bool weights_only = false;
-      TF_RETURN_IF_ERROR(c->GetAttr("weights_only", &weights_only));
-      c->set_output(2, c->Matrix(n, weights_only ? c->MakeDim(0)
-                                                 : c->UnknownDim()));
-      c->set_output(3, c->Matrix(n, weights_only ? 0 : 3));
-      c->set_output(4, c->Scalar());
-      return ::tensorflow::OkStatus();
-    })
+    .TNET_EXPORT_OUTPUTS
     .Doc(R"doc(
 SparseTableExport restricted to rows whose last_step > since_step (-1: every
 row). Skipped rows do not count against max_rows, so one call can scan a
 whole shard and return only what changed since a checkpoint's mark.
 )doc");
+
+#undef TNET_EXPORT_OUTPUTS
 
 REGISTER_OP("SparseTableMarkChanges")
     .Input("table: resource")
