@@ -1,7 +1,7 @@
 // SparseTableSize, SparseTableMemoryBytes, SparseTableStats,
-// SparseTableMarkChanges, SparseTableChanges and SparseTableEvict. These
-// take no
-// dim attr: they work on any tnet table handle.
+// SparseTableMarkChanges, SparseTableChanges, SparseTableEvict and the
+// admission state's export/import. These take no dim attr: they work on any
+// tnet table handle.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -14,8 +14,10 @@ namespace tnet {
 
 namespace tf = ::tensorflow;
 
-
-class SparseTableSizeOp : public tf::OpKernel {
+// SparseTableSize and SparseTableMemoryBytes: one int64 scalar the table
+// reports through `Stat`.
+template <int64_t (TableShard::*Stat)() const>
+class SparseTableScalarOp : public tf::OpKernel {
  public:
   using tf::OpKernel::OpKernel;
   void Compute(tf::OpKernelContext* ctx) override {
@@ -23,19 +25,7 @@ class SparseTableSizeOp : public tf::OpKernel {
     OP_REQUIRES_OK(ctx, LookupTable(ctx, 0, /*expected_dim=*/-1, &res));
     tf::Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {}, &out));
-    out->scalar<int64_t>()() = res->table()->Size();
-  }
-};
-
-class SparseTableMemoryBytesOp : public tf::OpKernel {
- public:
-  using tf::OpKernel::OpKernel;
-  void Compute(tf::OpKernelContext* ctx) override {
-    tf::core::RefCountPtr<TableResource> res;
-    OP_REQUIRES_OK(ctx, LookupTable(ctx, 0, /*expected_dim=*/-1, &res));
-    tf::Tensor* out;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {}, &out));
-    out->scalar<int64_t>()() = res->table()->MemoryBytes();
+    out->scalar<int64_t>()() = (res->table()->*Stat)();
   }
 };
 
@@ -150,9 +140,9 @@ class SparseTableEvictOp : public tf::OpKernel {
 };
 
 REGISTER_KERNEL_BUILDER(Name("SparseTableSize").Device(tf::DEVICE_CPU),
-                        SparseTableSizeOp);
+                        SparseTableScalarOp<&TableShard::Size>);
 REGISTER_KERNEL_BUILDER(Name("SparseTableMemoryBytes").Device(tf::DEVICE_CPU),
-                        SparseTableMemoryBytesOp);
+                        SparseTableScalarOp<&TableShard::MemoryBytes>);
 REGISTER_KERNEL_BUILDER(Name("SparseTableStats").Device(tf::DEVICE_CPU),
                         SparseTableStatsOp);
 REGISTER_KERNEL_BUILDER(Name("SparseTableMarkChanges").Device(tf::DEVICE_CPU),
