@@ -146,7 +146,7 @@ class TnetEmbedCombineOp : public tf::OpKernel {
     if (lay.batch == 0 || dim == 0) return;
     const float* rows = rows_t.flat<float>().data();
     float* out = out_t->flat<float>().data();
-    DispatchDim(dim, [&](auto kDim) {
+    ForRowWidth(dim, [&](auto kDim) {
       constexpr int D = decltype(kDim)::value;
       auto work = [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
@@ -257,7 +257,7 @@ class TnetEmbedCombineGradOp : public tf::OpKernel {
         column_of[j] = static_cast<int32_t>(c);
       }
     }
-    DispatchDim(dim, [&](auto kDim) {
+    ForRowWidth(dim, [&](auto kDim) {
     constexpr int D = decltype(kDim)::value;
     RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
       // The slots (b * W + j) whose row this part owns, listed in one flat

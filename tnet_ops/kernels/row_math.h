@@ -1,7 +1,9 @@
 // Row math and thread dispatch shared by the combine kernels (unique,
 // embed_combine, segment_combine, shard_order): the combiner codes, a row's
-// axpy and scale with a compile-time width, the split of a kernel's work
-// into chunks run on the worker pool, and the per-thread entry lists.
+// axpy and scale with a compile-time width (ForRowWidth, table/row_width.h,
+// the one width dispatch, shared with the update rules), the split of a
+// kernel's work into chunks run on the worker pool, and the per-thread entry
+// lists.
 #ifndef TNET_OPS_KERNELS_ROW_MATH_H_
 #define TNET_OPS_KERNELS_ROW_MATH_H_
 
@@ -15,6 +17,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/platform/blocking_counter.h"
 #include "tensorflow/core/platform/threadpool.h"
+#include "tnet_ops/table/row_width.h"
 
 namespace tnet {
 
@@ -57,21 +60,6 @@ template <int D>
 inline void ScaleRow(float* dst, float f, int64_t dim) {
   const int64_t n = D > 0 ? D : dim;
   for (int64_t d = 0; d < n; ++d) dst[d] *= f;
-}
-
-// fn(std::integral_constant<int, D>()) with D = dim for the usual row
-// widths, D = 0 (any width) otherwise.
-template <typename Fn>
-inline void DispatchDim(int64_t dim, Fn&& fn) {
-  switch (dim) {
-    case 1: return fn(std::integral_constant<int, 1>());
-    case 4: return fn(std::integral_constant<int, 4>());
-    case 8: return fn(std::integral_constant<int, 8>());
-    case 16: return fn(std::integral_constant<int, 16>());
-    case 32: return fn(std::integral_constant<int, 32>());
-    case 64: return fn(std::integral_constant<int, 64>());
-    default: return fn(std::integral_constant<int, 0>());
-  }
 }
 
 // How many entries ahead the combine kernels fetch the row they will read.

@@ -336,7 +336,7 @@ class TnetSegmentCombineOp : public tf::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out_t));
     const int64_t num_rows = rows_t.dim_size(0);
     bool compiled = false;  // a row width with its own compiled loop
-    DispatchDim(dim, [&](auto kDim) { compiled = decltype(kDim)::value > 0; });
+    ForRowWidth(dim, [&](auto kDim) { compiled = decltype(kDim)::value > 0; });
     // Compiled widths check and count while each part lists its entries
     // (below); any other width takes one separate pass first.
     std::vector<float> scale;  // empty: every factor is 1
@@ -361,7 +361,7 @@ class TnetSegmentCombineOp : public tf::OpKernel {
       std::memset(out, 0, sizeof(float) * sg.num_segments * dim);
       const float* sc = scale.empty() ? nullptr : scale.data();
       bool good = true;
-      DispatchDim(dim, [&](auto kDim) {
+      ForRowWidth(dim, [&](auto kDim) {
         constexpr int D = decltype(kDim)::value;
         good = ForEachEntryInOrder(
             sg, num_rows, inline_check,
@@ -378,7 +378,7 @@ class TnetSegmentCombineOp : public tf::OpKernel {
     // entries per part. Any other order falls through to the listing path.
     if (compiled && !scanned) {
       RunsResult runs = RunsResult::kNotRuns;
-      DispatchDim(dim, [&](auto kDim) {
+      ForRowWidth(dim, [&](auto kDim) {
         constexpr int D = decltype(kDim)::value;
         if constexpr (D > 0) {
           runs = CombineRuns<D>(ctx, sg, num_rows, rows, out, parts);
@@ -401,7 +401,7 @@ class TnetSegmentCombineOp : public tf::OpKernel {
     // With a compiled width the listing pass also checks every entry (each
     // part checks all of them: none reads a row before all are known good)
     // and counts its own segments' ids for the mean / sqrtn factors.
-    DispatchDim(dim, [&](auto kDim) {
+    ForRowWidth(dim, [&](auto kDim) {
     constexpr int D = decltype(kDim)::value;
     RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
       int32_t* const mine = EntryList(sg.entries);
@@ -549,7 +549,7 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
       // (the order of the parts below).
       std::memset(out, 0, sizeof(float) * num_rows * dim);
       bool good = true;
-      DispatchDim(dim, [&](auto kDim) {
+      ForRowWidth(dim, [&](auto kDim) {
         constexpr int D = decltype(kDim)::value;
         good = ForEachEntryInOrder(
             sg, num_rows, inline_check,
@@ -561,7 +561,7 @@ class TnetSegmentCombineGradOp : public tf::OpKernel {
       if (!good) OP_REQUIRES_OK(ctx, FirstBadEntry(sg, num_rows));
       return;
     }
-    DispatchDim(dim, [&](auto kDim) {
+    ForRowWidth(dim, [&](auto kDim) {
     constexpr int D = decltype(kDim)::value;
     RunChunks(ctx, parts, [&](int64_t p0, int64_t p1) {
       // The entries whose row this part owns, listed without a branch (the

@@ -17,24 +17,10 @@
 #define TNET_OPS_OPTIMIZERS_OPTIMIZER_H_
 
 #include <string>
-#include <type_traits>
+
+#include "tnet_ops/table/row_width.h"
 
 namespace tnet {
-
-// fn(std::integral_constant<int, D>()) with D = dim for the usual row
-// widths and D = 0 otherwise: a rule's loop over a row written with
-// `n = D > 0 ? D : dim` has a compile-time trip count for those widths and
-// unrolls and vectorizes (same arithmetic per element, same results).
-template <typename Fn>
-inline void ForRowWidth(int dim, Fn&& fn) {
-  switch (dim) {
-    case 8: return fn(std::integral_constant<int, 8>());
-    case 16: return fn(std::integral_constant<int, 16>());
-    case 32: return fn(std::integral_constant<int, 32>());
-    case 64: return fn(std::integral_constant<int, 64>());
-    default: return fn(std::integral_constant<int, 0>());
-  }
-}
 
 struct OptimizerConfig {
   int rule = 0;  // index into SparseRules (rules.h); 0 is SGD
