@@ -63,8 +63,23 @@ demo: build
 	$(PY) tools/launch_local.py --ps 2 --workers 2 -- \
 	    $(PY) -m tnet.train --flagfile=configs/demo.cfg
 
+# make test: the suite in TEST_JOBS processes (pytest-xdist; tests that
+# share a module's trained model or export stay on one worker, see
+# tests/conftest.py), then the tests marked serial alone. It ends with the
+# slowest 15 tests and its wall time (from the start of make, so a clean
+# clone's venv and op build count): the budget is 12 minutes.
+TEST_JOBS ?= 2
+TEST_BUDGET_S ?= 720
+MAKE_START := $(shell date +%s)
 test: build
-	$(PY) -m pytest $(PYTEST_ARGS) tests
+	@rc=0; \
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadgroup -m "not serial" \
+	    --durations=15 $(PYTEST_ARGS) tests || rc=$$?; \
+	$(PY) -m pytest -m serial $(PYTEST_ARGS) tests || { s=$$?; \
+	    [ $$s -eq 5 ] || rc=$$s; }; \
+	t=$$(( $$(date +%s) - $(MAKE_START) )); \
+	echo "make test: $$(( t / 60 )) min $$(( t % 60 )) s wall from the start of make (budget $(TEST_BUDGET_S) s from a clean clone)"; \
+	exit $$rc
 
 # The long tests `make test` leaves out (marked @pytest.mark.long: full-size
 # quality comparisons, slow fault scenarios); test-all runs everything.

@@ -6,9 +6,9 @@ import pathlib
 
 import pytest
 
-import tnet  # noqa: F401  (must precede tensorflow: selects tf_keras)
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tnet  # noqa: E402,F401  (must precede tensorflow: selects tf_keras)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -52,9 +52,39 @@ LONG_ENV = "TNET_LONG_TESTS"
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "long: a long test, run by `make test-long`, not `make test`")
+    config.addinivalue_line(
+        "markers", "serial: needs the machine to itself (a time or memory "
+        "bound): `make test` runs it after the parallel pass, alone")
+    # Drawn here, in the controller, before pytest-xdist starts its
+    # workers: every worker inherits the same seed.
+    fuzz_seed()
 
 
+def _shared_fixture_group(item):
+    """The test's module-, class- or session-scoped fixture defined in
+    tests/ (a trained model, an export, a matrix of runs), if any: under
+    pytest-xdist (`--dist loadgroup`) every test that uses it goes to one
+    worker, so it is built once, not once per worker."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name in item.fixturenames:
+        defs = info.name2fixturedefs.get(name)
+        if not defs:
+            continue
+        fixture = defs[-1]
+        if fixture.scope != "function" and fixture.baseid.startswith("tests"):
+            return f"{fixture.baseid}::{name}"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = _shared_fixture_group(item)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
     mode = os.environ.get(LONG_ENV, "0")
     if mode == "all":
         return

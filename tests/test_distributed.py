@@ -375,6 +375,7 @@ print("NOT STOPPED", flush=True)
 """
 
 
+@pytest.mark.serial  # its bound is 1 s of a timeout plus 2 s
 @pytest.mark.parametrize("busy", [0.0, 3.0])
 def test_step_watchdog_ends_a_stuck_job_with_one_named_line(busy):
     """TNET_STEP_TIMEOUT=1: a step that never returns ends the chief with
