@@ -25,7 +25,7 @@ docs: $(DOCS_STAMP)
 docs-serve: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve
 
-.PHONY: docs docs-serve wheel-check demo test test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh bench-tier bench-pss-bytes
+.PHONY: docs docs-serve wheel-check demo test flaky test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh bench-tier bench-pss-bytes
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -99,6 +99,13 @@ test-hosts: build
 
 test-hosts-long: build
 	$(MAKE) test-hosts HOSTS_REPEAT=10
+
+# The tests that flaked before (tools/flaky.py lists them and why), each
+# FLAKY_RUNS times in its own process, with pass counts at the end. The
+# scenarios across hosts need root, as test-hosts.
+FLAKY_RUNS ?= 10
+flaky: build
+	$(PY) tools/flaky.py --runs $(FLAKY_RUNS)
 
 # Benchmarks are not tests: run them on a quiet machine.
 bench-ops: build
