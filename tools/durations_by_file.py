@@ -16,7 +16,7 @@ import re
 import sys
 
 LINE = re.compile(r"\s*([\d.]+)s (call|setup|teardown)\s+(tests/[^:\s]+)")
-WALL = re.compile(r"=+ .*\bin ([\d.]+)s")
+WALL = re.compile(r"(?:passed|failed).* in ([\d.]+)s")
 
 
 def parse(path: str):
