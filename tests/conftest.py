@@ -64,7 +64,9 @@ def _shared_fixture_group(item):
     """The test's module-, class- or session-scoped fixture defined in
     tests/ (a trained model, an export, a matrix of runs), if any: under
     pytest-xdist (`--dist loadgroup`) every test that uses it goes to one
-    worker, so it is built once, not once per worker."""
+    worker, so it is built once, not once per worker. (Inert with pytest
+    9.2 and xdist 3.8.0, whose loadgroup does not group: make test uses
+    --dist loadfile; see the Makefile.)"""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None
