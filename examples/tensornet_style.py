@@ -139,8 +139,8 @@ def main() -> None:
     if version.exists():
         print(f"{version} exists: nothing new to export")
         return
-    tn.saving.export_for_serving(model, version)
-    # A sample for tnet/saving/check.py: the serving inputs (the sparse
+    tn.serving.export_for_serving(model, version)
+    # A sample for tnet/serving/checks.py: the serving inputs (the sparse
     # slots arrive padded with -1) and this model's predictions for them.
     features, _ = next(iter(read_day(data_dir, days[-1], 16)))
     sample = {s: tf.sparse.to_dense(features[s], default_value=-1).numpy()

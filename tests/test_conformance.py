@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 import tnet as tn
-from tnet.saving import export as export_lib
+from tnet.serving import export as export_lib
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "programs"))
 import conformance_models as cm  # noqa: E402
@@ -92,7 +92,7 @@ def _matrix(cases, tmp_path_factory):
         want, served = cm.predict(model, case)
         ckpt = str(root / name / "ckpt")
         tn.saving.save(model, ckpt, progress=lambda _: None)
-        export = tn.saving.export_for_serving(model, str(root / name / "1"))
+        export = tn.serving.export_for_serving(model, str(root / name / "1"))
         inputs = str(root / name / "inputs.npz")
         np.savez(inputs, **served)
         restore_jobs.append({"case": list(case), "ckpt": ckpt,

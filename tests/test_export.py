@@ -1,4 +1,4 @@
-"""tn.saving.export_for_serving: SavedModels that serve without tnet.
+"""tn.serving.export_for_serving: SavedModels that serve without tnet.
 
 Three small models (WideDeep and DCN on int ids, DeepFM on string ids) train
 a few steps on synthetic data and are exported in every quantize mode. One
@@ -21,10 +21,10 @@ import tensorflow as tf
 import tnet as tn
 from tnet.layers import lookup
 from tnet.models import DCN, DeepFM, WideDeep
-from tnet.saving import export as export_lib
-from tnet.saving import op_check
+from tnet.serving import export as export_lib
+from tnet.serving import op_check
 from tnet import scopes
-from tnet.saving import export_for_serving
+from tnet.serving import export_for_serving
 
 CATEGORICAL = ["C1", "C2", "C3"]
 DENSE = ["I1", "I2"]
@@ -387,3 +387,17 @@ def test_cli_export_of_a_string_id_model_is_checked_without_tnet(tmp_path):
     assert "tnet imported: False" in proc.stdout
     summary = json.loads((model_dir / "summary.json").read_text())
     assert summary["export"]["checked_without_tnet"] is True
+
+
+def test_serving_names_moved_from_saving_still_work():
+    """The serving names moved from tn.saving to tn.serving; users' code
+    that reads them from tn.saving (attribute or `from ... import`) gets
+    the same objects."""
+    from tnet.saving import (DeltaError, ExportWriteError,  # noqa: PLC0415
+                             publish_delta)
+    from tnet.saving import export_for_serving as old_export  # noqa: PLC0415
+    assert old_export is tn.serving.export_for_serving is export_for_serving
+    assert tn.saving.export_for_serving is export_lib.export_for_serving
+    assert publish_delta is tn.serving.publish_delta
+    assert DeltaError is tn.serving.DeltaError
+    assert ExportWriteError is tn.serving.ExportWriteError

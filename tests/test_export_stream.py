@@ -1,4 +1,4 @@
-"""The streamed serving structure of tnet.saving.serving_table: mixed sorted
+"""The streamed serving structure of tnet.serving.serving_table: mixed sorted
 keys + searchsorted, written slice by slice. Compared with the live table's
 own inference pull, key by key, including the int64 extremes."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import tnet as tn  # noqa: I001  (before tensorflow: selects tf_keras)
 import tensorflow as tf
 
-from tnet.saving import serving_table as st
+from tnet.serving import serving_table as st
 
 EDGE = np.array([0, 1, -1, 2, np.iinfo(np.int64).min, np.iinfo(np.int64).max,
                  np.iinfo(np.int64).max - 1, np.iinfo(np.int64).min + 1,

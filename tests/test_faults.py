@@ -280,17 +280,17 @@ def test_export_killed_mid_write_leaves_previous_version_servable(tmp_path):
     # The next export of version 2 clears the killed one's leftovers.
     model = tiny(2)
     fit(model)
-    tn.saving.export_for_serving(model, base / "2")
+    tn.serving.export_for_serving(model, base / "2")
     assert sorted(os.listdir(base)) == ["1", "2", "sample.npz"]
 
 
 def test_disk_full_during_export(small_fs, monkeypatch):
-    from tnet.saving import export as export_lib  # noqa: PLC0415
+    from tnet.serving import export as export_lib  # noqa: PLC0415
     directory, how = small_fs
     base = directory / "model"
     model = tiny(2)
     fit(model)
-    first = tn.saving.export_for_serving(model, base / "1")
+    first = tn.serving.export_for_serving(model, base / "1")
     feats, _ = next(iter(dataset(64, seed=5)))
     np.savez(directory.parent / "sample.npz",
              __expected__=model.predict(feats, verbose=0),
@@ -298,8 +298,8 @@ def test_disk_full_during_export(small_fs, monkeypatch):
     # ~120k rows x 2 tables: several MB, more than the 4 MiB file system.
     _grow(model, 120_000)
     # Refused before writing: the estimate does not fit.
-    with pytest.raises(tn.saving.ExportWriteError) as err:
-        tn.saving.export_for_serving(model, base / "2")
+    with pytest.raises(tn.serving.ExportWriteError) as err:
+        tn.serving.export_for_serving(model, base / "2")
     message = str(err.value)
     assert str(base / "2") in message and str(base) in message
     assert "free space or export to another directory" in message
@@ -311,8 +311,8 @@ def test_disk_full_during_export(small_fs, monkeypatch):
         def full(*args, **kwargs):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(base))
         monkeypatch.setattr(export_lib.tf.saved_model, "save", full)
-    with pytest.raises(tn.saving.ExportWriteError) as err:
-        tn.saving.export_for_serving(model, base / "2")
+    with pytest.raises(tn.serving.ExportWriteError) as err:
+        tn.serving.export_for_serving(model, base / "2")
     message = str(err.value)
     assert str(base / "2") in message and "is full" in message, message
     assert "Nothing was left at the export directory" in message

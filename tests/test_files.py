@@ -1,4 +1,4 @@
-"""tnet.saving.files.publish_dir and write_json_atomic: the one way the
+"""tnet.files.publish_dir and write_json_atomic: the one way the
 three writers (checkpoints, serving exports, serving deltas) publish."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tnet.saving import files
+from tnet import files
 
 
 def test_publish_dir_renames_a_complete_directory(tmp_path):

@@ -28,7 +28,7 @@ import tensorflow_recommenders as tfrs
 
 import tnet as tn
 from tnet import feature_column as fc
-from tnet.saving import fresh, op_check, update_key
+from tnet.serving import fresh, op_check, update_key
 from tnet.serving import follow
 
 TOL = 1e-5
@@ -100,7 +100,7 @@ def setup(tmp_path):
     model.compile(tn.optimizer.Adagrad(0.1))
     _fit(model, rng, 3)
     export = str(tmp_path / "ranker" / "1")
-    tn.saving.export_for_serving(model, export, updatable=True)
+    tn.serving.export_for_serving(model, export, updatable=True)
     return model, rng, export
 
 
@@ -120,7 +120,7 @@ def test_publish_apply_matches_training_and_refuses_bad_deltas(setup):
         # New users each round: rows the base never had.
         _fit(model, rng, 2, lo=0, hi=200 + 60 * (k + 1))
         before = _served(loaded, probe)
-        tn.saving.publish_delta(model, export, compact_at=None)
+        tn.serving.publish_delta(model, export, compact_at=None)
         assert follower.step() == {target.name: k + 1}
         got, want = _served(loaded, probe), _trained(model, probe)
         np.testing.assert_allclose(got, want, atol=TOL)
@@ -132,7 +132,7 @@ def test_publish_apply_matches_training_and_refuses_bad_deltas(setup):
     step = int(model.optimizer.iterations.numpy())
     evicted = int(table.evict(ttl_steps=1, current_step=step))
     assert evicted > 0
-    path = tn.saving.publish_delta(model, export, compact_at=None)
+    path = tn.serving.publish_delta(model, export, compact_at=None)
     manifest = json.load(open(os.path.join(path, fresh.MANIFEST)))
     assert manifest["tables"]["user_id"]["deleted"] == evicted
     follower.step()
@@ -159,7 +159,7 @@ def test_publish_apply_matches_training_and_refuses_bad_deltas(setup):
 
     # Corrupted / truncated / gap: the follower refuses with one line.
     _fit(model, rng, 2)
-    path = tn.saving.publish_delta(model, export, compact_at=None)
+    path = tn.serving.publish_delta(model, export, compact_at=None)
     payload_file = os.path.join(path, fresh.PAYLOAD)
     good = open(payload_file, "rb").read()
     bad = bytearray(good)
@@ -231,7 +231,7 @@ def test_follow_cli_grpc_target_without_tnet(setup, tmp_path):
     try:
         for _ in range(2):
             _fit(model, rng, 2, hi=300)
-            tn.saving.publish_delta(model, export, compact_at=None)
+            tn.serving.publish_delta(model, export, compact_at=None)
             done = _follow_cli(export, address)
             assert done.returncode == 0, done.stderr
             np.testing.assert_allclose(_grpc_predict(address, probe),
@@ -256,7 +256,7 @@ def test_follow_cli_grpc_target_without_tnet(setup, tmp_path):
                                    _trained(model, probe), atol=TOL)
         # A corrupted delta: one line on stderr, exit 1, nothing changed.
         _fit(model, rng, 1)
-        path = tn.saving.publish_delta(model, export, compact_at=None)
+        path = tn.serving.publish_delta(model, export, compact_at=None)
         with open(os.path.join(path, fresh.PAYLOAD), "r+b") as f:
             f.truncate(100)
         state = _grpc_predict(address, probe)
@@ -339,7 +339,7 @@ def test_key_file_is_owner_only_and_the_key_is_in_no_served_file(
     # A delta published and applied: deltas/ and the follower's records.
     loaded = tf.saved_model.load(export)
     _fit(model, rng, 2)
-    tn.saving.publish_delta(model, export, compact_at=None)
+    tn.serving.publish_delta(model, export, compact_at=None)
     follow.Follower(export, [follow.InProcessTarget(loaded)],
                     say=lambda m: None).step()
     raw = bytes.fromhex(key)
@@ -355,11 +355,11 @@ def test_key_file_is_owner_only_and_the_key_is_in_no_served_file(
     assert seen >= 5  # saved_model.pb, variables, info, delta, record
     # A second export beside it reuses the key (same file), with its own
     # salt; a rotation puts a new key first and keeps the old one second.
-    second = tn.saving.export_for_serving(model, os.path.join(base_path, "2"),
+    second = tn.serving.export_for_serving(model, os.path.join(base_path, "2"),
                                           updatable=True)
     r2 = fresh.read_info(second)["update_key"]
     assert update_key.matches(r2, key) and r2["salt"] != record["salt"]
-    third = tn.saving.export_for_serving(model, os.path.join(base_path, "3"),
+    third = tn.serving.export_for_serving(model, os.path.join(base_path, "3"),
                                          updatable=True,
                                          rotate_update_key=True)
     new = update_key.read_key_file(path)
@@ -368,22 +368,22 @@ def test_key_file_is_owner_only_and_the_key_is_in_no_served_file(
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     # A rotating export that fails leaves the key file as it was (a retry
     # must not push out the key of the base still served).
-    from tnet.saving import export as export_lib  # noqa: PLC0415
+    from tnet.serving import export as export_lib  # noqa: PLC0415
 
     def fail(*args, **kwargs):
         raise RuntimeError("export failed half way")
     monkeypatch.setattr(export_lib, "_write", fail)
     with pytest.raises(RuntimeError, match="half way"):
-        tn.saving.export_for_serving(model, os.path.join(base_path, "9"),
+        tn.serving.export_for_serving(model, os.path.join(base_path, "9"),
                                      updatable=True, rotate_update_key=True)
     monkeypatch.undo()
     assert update_key.read_key_file(path) == new
     with pytest.raises(ValueError, match="inside the export"):
-        tn.saving.export_for_serving(
+        tn.serving.export_for_serving(
             model, os.path.join(base_path, "4"), updatable=True,
             update_key_file=os.path.join(base_path, "4", "key"))
     with pytest.raises(ValueError, match="32 to 1024"):
-        tn.saving.export_for_serving(model, os.path.join(base_path, "5"),
+        tn.serving.export_for_serving(model, os.path.join(base_path, "5"),
                                      updatable=True, update_key="secret")
     assert not os.path.exists(os.path.join(base_path, "5"))
 
@@ -466,7 +466,7 @@ def test_grpc_anonymous_client_cannot_change_what_is_served(setup,
 
         # The follower with the key file.
         _fit(model, rng, 2, hi=300)
-        tn.saving.publish_delta(model, export, compact_at=None)
+        tn.serving.publish_delta(model, export, compact_at=None)
         done = _follow_cli(export, address, "--update_key_file", key_file)
         assert done.returncode == 0, done.stderr
         np.testing.assert_allclose(_grpc_predict(address, probe),
@@ -476,7 +476,7 @@ def test_grpc_anonymous_client_cannot_change_what_is_served(setup,
         hidden = str(tmp_path / "elsewhere")
         os.rename(key_file, hidden)
         _fit(model, rng, 2, hi=300)
-        tn.saving.publish_delta(model, export, compact_at=None)
+        tn.serving.publish_delta(model, export, compact_at=None)
         state = _grpc_predict(address, probe)
         for env in ({}, {update_key.ENV_VAR: update_key.new_key()}):
             done = _follow_cli(export, address, env_extra=env)
@@ -513,7 +513,7 @@ def test_old_export_without_key_loads_and_is_refused_unless_opted_in(
     monkeypatch.setattr(fresh, "updatable_signatures",
                         lambda m, s, d, model, record: original(
                             m, s, d, model, None))
-    tn.saving.export_for_serving(model, export, updatable=True)
+    tn.serving.export_for_serving(model, export, updatable=True)
     monkeypatch.undo()
     assert "update_key" not in fresh.read_info(export)
     loaded = tf.saved_model.load(export)
@@ -523,7 +523,7 @@ def test_old_export_without_key_loads_and_is_refused_unless_opted_in(
     np.testing.assert_allclose(_served(loaded, probe),
                                _trained(model, probe), atol=TOL)
     _fit(model, rng, 2, hi=300)
-    tn.saving.publish_delta(model, export, compact_at=None)
+    tn.serving.publish_delta(model, export, compact_at=None)
     target = follow.InProcessTarget(loaded)
     before = _served(loaded, probe)
     with pytest.raises(fresh.DeltaError, match="has no update key"):
@@ -535,7 +535,7 @@ def test_old_export_without_key_loads_and_is_refused_unless_opted_in(
                                _trained(model, probe), atol=TOL)
     # Migration: the next base (here a compaction) has a key.
     _fit(model, rng, 2, hi=300)
-    new = tn.saving.publish_delta(model, export, compact_at=0.01)
+    new = tn.serving.publish_delta(model, export, compact_at=0.01)
     assert new == str(tmp_path / "ranker" / "2")
     assert update_key.matches(fresh.read_info(new)["update_key"],
                               _the_key(new))
@@ -552,10 +552,10 @@ def test_trainer_restart_from_older_checkpoint(setup, tmp_path):
     follower = follow.Follower(export, [follow.InProcessTarget(loaded)],
                                say=lambda m: None)
     _fit(model, rng, 2)
-    tn.saving.publish_delta(model, export, compact_at=None)
+    tn.serving.publish_delta(model, export, compact_at=None)
     tn.saving.save(model, ckpts, incremental=True)
     _fit(model, rng, 2, lo=1000, hi=1100)  # lost with the trainer
-    tn.saving.publish_delta(model, export, compact_at=None)
+    tn.serving.publish_delta(model, export, compact_at=None)
     follower.step()
     probe = _probe()
     probe["user_id"][:20] = np.arange(1000, 1100, 5)
@@ -567,7 +567,7 @@ def test_trainer_restart_from_older_checkpoint(setup, tmp_path):
     assert np.max(np.abs(_served(loaded, probe) - before)) > 1e-4
     fresh.publisher(restarted, export)  # before training resumes
     _fit(restarted, rng, 2, lo=0, hi=100)
-    tn.saving.publish_delta(restarted, export, compact_at=None)
+    tn.serving.publish_delta(restarted, export, compact_at=None)
     follower.step()
     np.testing.assert_allclose(_served(loaded, probe),
                                _trained(restarted, probe), atol=TOL)
@@ -604,7 +604,7 @@ def test_trainer_restart_from_newer_checkpoint_publishes_freed_keys(
                                say=lambda m: None)
     table = model.tables()["user_id"]
     _fit(model, rng, 2, lo=0, hi=300)
-    tn.saving.publish_delta(model, export, compact_at=None)
+    tn.serving.publish_delta(model, export, compact_at=None)
     follower.step()
     served = _live_keys(table)
     for lo in (0, 100):  # evict, save; evict again, save again
@@ -626,7 +626,7 @@ def test_trainer_restart_from_newer_checkpoint_publishes_freed_keys(
     probe["user_id"][:n] = sorted(gone)[:n]
     stale = _served(loaded, probe)
     assert np.max(np.abs(stale - _trained(restarted, probe))) > 1e-4
-    path = tn.saving.publish_delta(restarted, export, compact_at=None)
+    path = tn.serving.publish_delta(restarted, export, compact_at=None)
     manifest = json.load(open(os.path.join(path, fresh.MANIFEST)))
     assert manifest["tables"]["user_id"]["deleted"] >= len(gone)
     follower.step()
@@ -636,7 +636,7 @@ def test_trainer_restart_from_newer_checkpoint_publishes_freed_keys(
                                _trained(restarted, probe), atol=TOL)
     # Training goes on: the next delta carries them no more.
     _fit(restarted, rng, 2, lo=0, hi=60)
-    path = tn.saving.publish_delta(restarted, export, compact_at=None)
+    path = tn.serving.publish_delta(restarted, export, compact_at=None)
     follower.step()
     np.testing.assert_allclose(_served(loaded, probe),
                                _trained(restarted, probe), atol=TOL)
@@ -679,7 +679,7 @@ def test_follower_killed_mid_apply_converges(setup):
     sends the whole delta again and ends where an uninterrupted one does."""
     model, rng, export = setup
     _fit(model, rng, 3, hi=400)
-    tn.saving.publish_delta(model, export, compact_at=None)
+    tn.serving.publish_delta(model, export, compact_at=None)
     loaded = tf.saved_model.load(export)
     target = follow.InProcessTarget(loaded)
     probe = _probe()
@@ -703,12 +703,12 @@ def test_compaction_writes_a_new_base_version(setup):
     old = follow.InProcessTarget(tf.saved_model.load(export), name="old")
     follower = follow.Follower(export, [old], say=lambda m: None)
     _fit(model, rng, 2, hi=300)
-    first = tn.saving.publish_delta(model, export, compact_at=0.05)
+    first = tn.serving.publish_delta(model, export, compact_at=0.05)
     assert first.endswith(os.path.join("deltas", "delta-000001"))
     follower.step()
     _fit(model, rng, 2, hi=300)
     old_key = _the_key(export)
-    second = tn.saving.publish_delta(model, export, compact_at=0.05,
+    second = tn.serving.publish_delta(model, export, compact_at=0.05,
                                      rotate_update_key=True)
     base = os.path.dirname(export)
     assert second == os.path.join(base, "2")
@@ -725,13 +725,13 @@ def test_compaction_writes_a_new_base_version(setup):
     np.testing.assert_allclose(_served(new.loaded, probe),
                                _trained(model, probe), atol=TOL)
     _fit(model, rng, 2, hi=300)
-    third = tn.saving.publish_delta(model, export, compact_at=None)
+    third = tn.serving.publish_delta(model, export, compact_at=None)
     assert third.startswith(second + os.sep)
     follower.targets.append(new)
     assert follower.step() == {"old": 1, "new": 1}
     # A follower that has only the old key cannot update the new base.
     _fit(model, rng, 1, hi=300)
-    tn.saving.publish_delta(model, export, compact_at=None)
+    tn.serving.publish_delta(model, export, compact_at=None)
     stale = follow.Follower(export, [new], say=lambda m: None,
                             update_keys=[old_key])
     with pytest.raises(fresh.DeltaError, match="no update key"):

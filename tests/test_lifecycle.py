@@ -324,7 +324,7 @@ def test_checkpoint_and_export_hold_only_live_rows(tmp_path):
         assert saved == live
         meta = table.export()[3].numpy()
         assert meta[:, 0].min() >= 3.0
-    path = tn.saving.export_for_serving(model, str(tmp_path / "export"))
+    path = tn.serving.export_for_serving(model, str(tmp_path / "export"))
     with open(os.path.join(path, "export_info.json")) as f:
         info = json.load(f)
     for name, table in model.tables().items():

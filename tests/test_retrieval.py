@@ -151,14 +151,14 @@ def _query_sample(data, n=64):
 
 def test_export_top_k_equals_in_process_without_tnet(data, trained, tmp_path):
     k = 100
-    path = tn.saving.export_for_serving(trained, str(tmp_path / "1"),
+    path = tn.serving.export_for_serving(trained, str(tmp_path / "1"),
                                         candidates=data.items, k=k)
     info = json.loads((tmp_path / "1" / "export_info.json").read_text())
     assert info["outputs"] == ["ids", "scores"]
     assert info["retrieval"] == {"k": k, "candidates": 1682}
     # the candidate side is precomputed: its tables are not exported
     assert set(info["tables"]) == {"user", "history_item"}
-    assert tn.saving.export.tnet_ops_in(path) == {}
+    assert tn.serving.export.tnet_ops_in(path) == {}
     sample = _query_sample(data)
     scores, ids = trained.candidate_index(data.items)(
         trained.query_embedding(sample), k=k)
@@ -188,12 +188,12 @@ def test_export_top_k_equals_in_process_without_tnet(data, trained, tmp_path):
 
 def test_export_rejects_a_ranking_model_and_bad_k(data, trained, tmp_path):
     with pytest.raises(ValueError, match="exceeds the 1682 candidates"):
-        tn.saving.export_for_serving(trained, str(tmp_path / "a"),
+        tn.serving.export_for_serving(trained, str(tmp_path / "a"),
                                      candidates=data.items, k=5000)
     assert not (tmp_path / "a").exists()
     ranking = tn.models.WideDeep(["a"], embedding_dim=4, hidden_units=(4,))
     with pytest.raises(TypeError, match="retrieval model"):
-        tn.saving.export_for_serving(ranking, str(tmp_path / "b"),
+        tn.serving.export_for_serving(ranking, str(tmp_path / "b"),
                                      candidates=data.items)
 
 

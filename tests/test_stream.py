@@ -450,7 +450,7 @@ def test_publishing_while_streaming_serves_each_file_once_trained(tmp_path, spec
     model = _model(spec)
     model(probe, training=False)
     export = str(tmp_path / "export" / "1")
-    tn.saving.export_for_serving(model, export, updatable=True)
+    tn.serving.export_for_serving(model, export, updatable=True)
     stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=1.5)
     n_files = 4
 

@@ -49,11 +49,19 @@ with log.hold_startup_chatter(log.quiet_tensorflow()):
     from tnet import monitoring  # noqa: E402
     from tnet import optimizer  # noqa: E402
     from tnet import saving  # noqa: E402
+    from tnet import serving  # noqa: E402
     from tnet.model import Model  # noqa: E402
     from tnet.table import SparseTable  # noqa: E402
 
+# The serving names that lived in tn.saving before tn.serving existed keep
+# working there (set here: tnet.saving itself never imports tnet.serving).
+for _name in ("export_for_serving", "ExportWriteError", "publish_delta",
+              "DeltaError"):
+    setattr(saving, _name, getattr(serving, _name))
+del _name
+
 __all__ = ["SparseTable", "Model", "bind", "callbacks", "data", "distribute", "feature_column", "layers", "log",
-           "model", "models", "monitoring", "optimizer", "saving"]
+           "model", "models", "monitoring", "optimizer", "saving", "serving"]
 # The package version (setup.py reads it from here; a wheel adds
 # "+tf<X.Y.Z>", the TensorFlow its op library was built for).
 __version__ = "0.2.0"

@@ -16,7 +16,7 @@ import tf_keras
 
 from tnet import distribute as tn_distribute
 from tnet.saving import checkpoint as ckpt
-from tnet.saving.files import logger as _ckpt_logger
+from tnet.files import logger as _ckpt_logger
 
 __all__ = ["Checkpoint", "StreamCheckpoint", "TableMaintenance",
            "PublishDeltas", "recount_steps"]
@@ -625,7 +625,7 @@ def _under_pss(model) -> bool:
 class PublishDeltas(tf_keras.callbacks.Callback):
     """Publishes deltas of the model into an updatable export during `fit`.
 
-    `tn.saving.publish_delta(model, export_dir)` (see `tnet.saving.fresh`)
+    `tn.serving.publish_delta(model, export_dir)` (see `tnet.serving.fresh`)
     runs when `optimizer.iterations` crosses a multiple of `every_n_steps`,
     or `every_seconds` after the previous publish (checked after each
     batch), and at train end. `export_dir` must hold an export written with
@@ -640,10 +640,10 @@ class PublishDeltas(tf_keras.callbacks.Callback):
     publishes at epoch ends (choose the interval with `steps_per_epoch`),
     after Keras has joined the workers.
 
-    `compact_at`: see `tn.saving.publish_delta` (a new base version when
+    `compact_at`: see `tn.serving.publish_delta` (a new base version when
     the published rows reach that fraction of the base's; None: never).
     `rotate_update_key`: such a new base gets a new update key (see
-    `tn.saving.publish_delta`).
+    `tn.serving.publish_delta`).
     `published` lists the delta (or new base) directories it wrote.
 
     `stream`: the `tn.data.FileStream` of a `stream_dataset` being
@@ -655,7 +655,7 @@ class PublishDeltas(tf_keras.callbacks.Callback):
 
     Example:
         ```python
-        tn.saving.export_for_serving(model, "/models/ranker/1", updatable=True)
+        tn.serving.export_for_serving(model, "/models/ranker/1", updatable=True)
         model.fit(data, epochs=100, callbacks=[
             tn.callbacks.Checkpoint("/ckpt", every_n_steps=1000, incremental=True),
             tn.callbacks.PublishDeltas("/models/ranker/1", every_seconds=60)])
@@ -696,7 +696,7 @@ class PublishDeltas(tf_keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         import time  # noqa: PLC0415
-        from tnet.saving import fresh  # noqa: PLC0415
+        from tnet.serving import fresh  # noqa: PLC0415
         self._publisher = fresh.publisher(
             self.model, fresh.newest_export(self.export_dir))
         self._last_time = time.monotonic()
@@ -708,7 +708,7 @@ class PublishDeltas(tf_keras.callbacks.Callback):
         step = _iterations(self.model)
         if step == self._last_step and self.published:
             return
-        from tnet.saving import fresh  # noqa: PLC0415
+        from tnet.serving import fresh  # noqa: PLC0415
         # A publish that failed part way writes nothing and keeps the freed
         # keys it read for the next one, so a ps cut is waited out.
         self.published.append(tn_distribute.through_ps_cut(

@@ -34,8 +34,7 @@ LOGGER_NAME = "tnet"
 
 # The CLIs whose process `python -m` starts (see quiet_tensorflow).
 CLI_MODULES = ("tnet.train", "tnet.launch", "tnet.server",
-               "tnet.serving.follow", "tnet.saving.check",
-               "tnet.saving.check_retrieval")
+               "tnet.serving.follow", "tnet.serving.checks")
 
 
 class _ConsoleHandler(logging.Handler):

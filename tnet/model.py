@@ -194,7 +194,7 @@ class _TnetTraining:
         tables and loads back with `tf_keras.models.load_model` in a
         process that imports tnet; HDF5 and `.keras` files cannot hold
         tables and are refused. For training checkpoints use
-        tn.saving.save; for serving, tn.saving.export_for_serving."""
+        tn.saving.save; for serving, tn.serving.export_for_serving."""
         from tf_keras.src.saving import saving_api  # noqa: PLC0415
         fmt = (saving_api.get_save_format(filepath, save_format)
                if not hasattr(filepath, "attrs") else "h5")
@@ -205,7 +205,7 @@ class _TnetTraining:
                 "weights). Use model.save(a_directory) (SavedModel, loads "
                 "with tnet imported), model.save_weights(...) or "
                 "tn.saving.save(model, dir) for checkpoints, and "
-                "tn.saving.export_for_serving(model, dir) for serving.")
+                "tn.serving.export_for_serving(model, dir) for serving.")
         return super().save(filepath, overwrite=overwrite,
                             save_format=save_format, **kwargs)
 

@@ -3,7 +3,7 @@
 - `recording(tape)`: opened by `tn.Model.train_step`; each training lookup
   inside registers a `tnet.layers.lookup.Lookup` (the rows the tape
   watches, the keys a push needs) with the innermost recorder.
-- `serving_lookups(overrides)`: opened by `tn.saving.export_for_serving`;
+- `serving_lookups(overrides)`: opened by `tn.serving.export_for_serving`;
   lookups of the given tables call stock-TF callables instead of the table
   op, and combiners use stock ops (`serving_active`).
 
@@ -45,7 +45,7 @@ def recording(tape) -> Iterator[Recorder]:
 def serving_lookups(overrides: dict) -> Iterator[None]:
     """While open, lookups of the given tables (SparseTable -> callable
     keys [U] -> rows [U, dim]) use the callables instead of the table ops.
-    tn.saving.export_for_serving traces the model inside this scope."""
+    tn.serving.export_for_serving traces the model inside this scope."""
     previous = getattr(_STATE, "serving", None)
     _STATE.serving = {id(t): fn for t, fn in overrides.items()}
     try:

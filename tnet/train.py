@@ -245,7 +245,7 @@ def _publisher():
 
 def updatable_export_of(export_dir: str):
     """The newest updatable version under `export_dir`, or None."""
-    from tnet.saving import fresh  # noqa: PLC0415
+    from tnet.serving import fresh  # noqa: PLC0415
     if not os.path.isdir(export_dir):
         return None
     try:
@@ -486,7 +486,7 @@ def export_and_check(model, spec, version: int | None = None,
     result = {"path": path, "quantize": FLAGS.quantize,
               "updatable": FLAGS.updatable_export or _publishing()}
     result["checked_without_tnet"] = _run_checker(
-        "check.py", path, sample_path, tolerance)
+        "checks.py", path, sample_path, tolerance)
     return result
 
 
@@ -509,7 +509,7 @@ def export_and_check_retrieval(model, spec) -> dict:
     sample_path = _save_sample(__ids__=ids.numpy(), __scores__=scores.numpy(),
                                **sample)
     result["checked_without_tnet"] = _run_checker(
-        "check_retrieval.py", path, sample_path, 1e-4)
+        "checks.py", path, sample_path, 1e-4)
     return result
 
 
@@ -540,12 +540,12 @@ def _save_sample(**arrays) -> str:
 
 def _run_checker(script: str, path: str, sample_path: str,
                  tolerance: float) -> bool:
-    """Runs tnet/saving/<script> on an export in a fresh process that never
+    """Runs tnet/serving/<script> on an export in a fresh process that never
     imports tnet (by file path: no package import, no PYTHONPATH, no
     cluster, no preload); raises if it fails."""
     import subprocess  # noqa: PLC0415
     checker = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                           "saving", script)
+                           "serving", script)
     env = {k: v for k, v in os.environ.items()
            if k not in ("TF_CONFIG", "PYTHONPATH", "LD_PRELOAD")
            and not k.startswith("TNET_BIND")}

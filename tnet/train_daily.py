@@ -44,7 +44,7 @@ from absl import app, flags
 import tnet as tn
 import tensorflow as tf
 from tnet.log import get as _get_logger
-from tnet.saving.files import write_json_atomic
+from tnet.files import write_json_atomic
 import tf_keras
 
 FLAGS = flags.FLAGS

@@ -23,7 +23,7 @@ import time
 from absl import app, flags
 
 import tnet as tn
-from tnet.saving.files import write_json_atomic
+from tnet.files import write_json_atomic
 
 _LOG = tn.log.get("train")
 
@@ -175,7 +175,7 @@ def _publish_base(cli, model, spec, stream):
         time.sleep(FLAGS.stream_poll_secs)
     if not landed:
         return None
-    from tnet.saving import fresh  # noqa: PLC0415
+    from tnet.serving import fresh  # noqa: PLC0415
     job = SpecJobData(False, spec, landed[:1], landed[:1], count=False)
     latest = (tn.saving.latest_checkpoint(FLAGS.checkpoint_dir)
               if FLAGS.checkpoint_dir else None)

@@ -40,7 +40,7 @@ def bench_export(args, work, model, measurements, extra):
         d = os.path.join(work, f"export-{q or 'float32'}")
         with PeakRss() as mem:
             t0 = time.perf_counter()
-            tn.saving.export_for_serving(model, d, quantize=q,
+            tn.serving.export_for_serving(model, d, quantize=q,
                                          input_signature=signature)
             seconds = time.perf_counter() - t0
         var_bytes = dir_bytes(os.path.join(d, "variables"))

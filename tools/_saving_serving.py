@@ -80,7 +80,7 @@ def bench_serving(args, work, measurements, extra):
         name = "tnet" if q is None else f"tnet_{q}"
         d = os.path.join(work, "serve", name)
         t0 = time.perf_counter()
-        tn.saving.export_for_serving(tnet_model, d, quantize=q)
+        tn.serving.export_for_serving(tnet_model, d, quantize=q)
         seconds = time.perf_counter() - t0
         with open(os.path.join(d, "export_info.json")) as f:
             info = json.load(f)

@@ -108,7 +108,7 @@ def _chief(args) -> None:
         try:
             path = os.path.join(work, "full" if full_rows else "wonly")
             t = time.perf_counter()
-            tn.saving.export_for_serving(model, path)
+            tn.serving.export_for_serving(model, path)
             out = {"s": time.perf_counter() - t}
             shutil.rmtree(path)
             return out

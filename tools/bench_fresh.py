@@ -53,7 +53,7 @@ import tnet as tn  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tnet import feature_column as fc  # noqa: E402
-from tnet.saving import fresh  # noqa: E402
+from tnet.serving import fresh  # noqa: E402
 from tnet.serving import follow  # noqa: E402
 from tools import _bench_common as common  # noqa: E402
 
@@ -202,10 +202,10 @@ def main():
         "BENCH_TMP", tempfile.gettempdir()))
     res = {"rows": args.rows, "dim": DIM, "changed": args.changed}
     plain = os.path.join(work, "plain", "1")
-    tn.saving.export_for_serving(model, plain)
+    tn.serving.export_for_serving(model, plain)
     t = time.perf_counter()
     export = os.path.join(work, "fresh", "1")
-    tn.saving.export_for_serving(model, export, updatable=True)
+    tn.serving.export_for_serving(model, export, updatable=True)
     res["export_s"] = time.perf_counter() - t
     res["export_bytes"] = _dir_bytes(export)
     t = time.perf_counter()
@@ -224,7 +224,7 @@ def main():
         _fill(table, order[i * per:(i + 1) * per].astype(np.int64), step, rng)
         model.optimizer.iterations.assign(step + 1)
         t = time.perf_counter()
-        path = tn.saving.publish_delta(model, export, compact_at=None)
+        path = tn.serving.publish_delta(model, export, compact_at=None)
         publish = time.perf_counter() - t
         t = time.perf_counter()
         follower.step()
@@ -257,7 +257,7 @@ def main():
         t = time.perf_counter()
         _fill(table, probe, step, rng)
         model.optimizer.iterations.assign(step + 1)
-        tn.saving.publish_delta(model, export, compact_at=None)
+        tn.serving.publish_delta(model, export, compact_at=None)
         follower.step()
         while np.array_equal(fn(id=tf.constant(probe))["prediction"].numpy(),
                              before):

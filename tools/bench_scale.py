@@ -10,7 +10,7 @@ Stages (one table, dim 8, RowwiseAdagrad, a `tn.Model` with one
    int64), pushes one gradient to each, then `tn.saving.save`.
 2. `restore_export`: a fresh process restores the checkpoint (checked
    bit-exact on a sample against the training process's predictions), then
-   `tn.saving.export_for_serving`.
+   `tn.serving.export_for_serving`.
 3. `serve`: a fresh process that never imports tnet loads the export with
    `tf.saved_model.load`, checks the sample's predictions and times
    requests at batch 1, 64 and 512 (p50 / p99 of single calls).
@@ -197,7 +197,7 @@ def stage_restore_export(args):
     export = os.path.join(args.work, "export", "1")
     shutil.rmtree(os.path.dirname(export), ignore_errors=True)
     with Step() as exp:
-        tn.saving.export_for_serving(
+        tn.serving.export_for_serving(
             model, export, quantize=args.quantize,
             input_signature={"id": tf.TensorSpec([None], tf.int64)})
     with open(os.path.join(export, "export_info.json")) as f:
@@ -288,7 +288,7 @@ def stage_structures(args):
     import numpy as np  # noqa: PLC0415
     import tnet as tn  # noqa: PLC0415
     import tensorflow as tf  # noqa: PLC0415
-    from tnet.saving import serving_table as st  # noqa: PLC0415
+    from tnet.serving import serving_table as st  # noqa: PLC0415
     rows = args.structure_rows
     table = tn.SparseTable("structures", DIM, num_shards=4)
     rng = np.random.default_rng(5)
@@ -424,7 +424,7 @@ def stage_pss_chief(args):
     shutil.rmtree(os.path.dirname(export), ignore_errors=True)
     _marker("export", "begin")
     t0 = time.perf_counter()
-    tn.saving.export_for_serving(
+    tn.serving.export_for_serving(
         fresh, export, input_signature={"id": tf.TensorSpec([None],
                                                             tf.int64)})
     _marker("export", "end", {"seconds": time.perf_counter() - t0,

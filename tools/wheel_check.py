@@ -66,7 +66,7 @@ RESTORE = textwrap.dedent('''
     probe = {"user_id": tf.constant([3, 4, 10**9], tf.int64)}
     after = model.predict(probe, verbose=0)
     np.testing.assert_allclose(after, np.load("before.npy"), atol=1e-6)
-    tn.saving.export_for_serving(model, "export/1")
+    tn.serving.export_for_serving(model, "export/1")
     print("restored (same predictions) and exported")
 ''')
 

@@ -25,7 +25,7 @@ from tests.support.ckpt import dataset, fit, tiny  # noqa: E402
 def main(directory: str) -> None:
     model = tiny(2)
     fit(model)
-    tn.saving.export_for_serving(model, os.path.join(directory, "1"))
+    tn.serving.export_for_serving(model, os.path.join(directory, "1"))
     feats, _ = next(iter(dataset(64, seed=5)))
     pred = model.predict(feats, verbose=0)
     np.savez(os.path.join(directory, "sample.npz"),
@@ -40,7 +40,7 @@ def main(directory: str) -> None:
 
     tf.saved_model.save = save_then_stall
     fit(model, seed=1)
-    tn.saving.export_for_serving(model, os.path.join(directory, "2"))
+    tn.serving.export_for_serving(model, os.path.join(directory, "2"))
     print("EXPORT_FINISHED", flush=True)  # never reached: killed before
 
 

@@ -81,7 +81,7 @@ def main():
         model = Ranker()
         model.compile(tn.optimizer.Adagrad(0.1))
     fit(model, strategy, 0, 100, 1, [])
-    tn.saving.export_for_serving(model, export, updatable=True)
+    tn.serving.export_for_serving(model, export, updatable=True)
     loaded = tf.saved_model.load(export)
     follower = follow.Follower(export, [follow.InProcessTarget(loaded)],
                                say=lambda m: None)

@@ -31,7 +31,7 @@ Layout of `<dir>/ckpt-<step>/`:
 * `sparse/<table>/deleted.h5` (deltas only): dataset `keys`, the sorted keys
   that were live at the parent checkpoint and are gone now (gzip).
 * `publishing/<base_id>.h5`, one per delta publisher of the model open at
-  the save (`tnet.saving.fresh`; `manifest["publishers"]` lists them in
+  the save (`tnet.serving.fresh`; `manifest["publishers"]` lists them in
   the order of their `freed` tables, datasets `freed_0`, `freed_1`, ...):
   the keys freed since that publisher's last delta, which a trainer
   restored from this checkpoint publishes in its first delta.
@@ -124,7 +124,7 @@ import tensorflow as tf
 
 from tnet.saving.delta_marks import (
     _deleted_keys, _set_marks, _table_changes)
-from tnet.saving.files import (
+from tnet.files import (
     _default_progress, _is_disk_full, _Progress, _safe_name, _sha256,
     Progress, publish_dir)
 from tnet.saving.h5parts import _Part
@@ -472,12 +472,12 @@ def _write_pending(path: str, table: SparseTable, name: str) -> int:
 
 
 def _write_publishers(model, tmp: str) -> list:
-    """Per open delta publisher of `model` (tnet.saving.fresh), the keys
+    """Per open delta publisher of `model` (tnet.serving.fresh), the keys
     it has read as freed and not published yet, in
     `publishing/<base_id>.h5` (one int64 dataset per table, in the order
     of the entry's `freed`): a trainer restored from this checkpoint
     publishes them in its first delta. Returns the manifest entries."""
-    from tnet.saving import fresh  # noqa: PLC0415
+    from tnet.serving import fresh  # noqa: PLC0415
     entries = []
     for record in fresh.checkpoint_records(model):
         rel = os.path.join("publishing", f"{record['base_id']}.h5")

@@ -34,7 +34,7 @@ _MARKS: "weakref.WeakKeyDictionary[SparseTable, _Marks]" = (
     weakref.WeakKeyDictionary())
 
 
-# Readers of the deletion log besides checkpoints (tnet.saving.fresh's
+# Readers of the deletion log besides checkpoints (tnet.serving.fresh's
 # delta publishers): each is called with the table right before a
 # checkpoint re-marks it (which empties the log), and a table any of them
 # holds keeps tracking when a checkpoint stops its own.

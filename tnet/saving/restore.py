@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from tnet.saving.delta_marks import _set_marks
-from tnet.saving.files import (
+from tnet.files import (
     _default_progress, _Progress, _sha256, logger, Progress)
 from tnet.saving.h5parts import _check_h5
 from tnet.saving.manifest import (
@@ -292,9 +292,9 @@ def _restore_pending(table: SparseTable, name: str, newest) -> None:
 def _restore_publishers(model, cpath: str, manifest) -> None:
     """The delta publishers' unpublished freed keys the checkpoint
     recorded (checkpoint._write_publishers), for the model's next
-    publisher of each base (tnet.saving.fresh). Checkpoints written
+    publisher of each base (tnet.serving.fresh). Checkpoints written
     before this, or by a trainer that published nothing, have none."""
-    from tnet.saving import fresh  # noqa: PLC0415
+    from tnet.serving import fresh  # noqa: PLC0415
     records = []
     for entry in manifest.get("publishers", []):
         with h5py.File(os.path.join(cpath, entry["file"]), "r") as f:

@@ -8,7 +8,7 @@ PredictionService.Predict on the export's `apply_delta`, `apply_rows` and
 `serving_version` signatures) or, from Python, an in-process SavedModel
 (`InProcessTarget`). Per poll and per target the follower asks the target
 its `serving_version`, then applies every newer delta in order
-(`tnet.saving.fresh.load_delta` checks each one's checksum and base first),
+(`tnet.serving.fresh.load_delta` checks each one's checksum and base first),
 so a replica that restarted (back at version 0) or joined late is replayed
 from the base. A gap or a checksum mismatch stops that target with one
 line naming the delta; the target keeps serving what it had. A delta is
@@ -17,7 +17,7 @@ serving_version + 1. What each target applied is recorded in
 `<export_dir>/deltas/followers/<target>.json` (version, base, time).
 
 Update key: `apply_delta` and `apply_rows` refuse a request without the
-export's update key (tnet.saving.update_key). The follower reads its keys
+export's update key (tnet.serving.update_key). The follower reads its keys
 from `--update_key_file` (one a line) and the environment variable
 `TNET_UPDATE_KEY` (one or more, separated by spaces or commas); given
 neither, from the key file the export wrote (`/models/ranker.update_key`
@@ -40,9 +40,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from tnet.saving import fresh, update_key
-from tnet.saving.files import write_json_atomic
-from tnet.saving.fresh import DeltaError
+from tnet.serving import fresh, update_key
+from tnet.files import write_json_atomic
+from tnet.serving.fresh import DeltaError
 from tnet import log as tnet_log
 
 _log = tnet_log.get("serving.follow")

@@ -1,6 +1,6 @@
 """The serving signature of an export: given, or inferred the way Keras'
 model.save infers it, and how its plain tensors become the model's inputs
-(sparse / ragged ids are served padded; see tnet.saving.export)."""
+(sparse / ragged ids are served padded; see tnet.serving.export)."""
 from __future__ import annotations
 
 from typing import Mapping

@@ -51,7 +51,7 @@ Serving can feed is a plain tensor.
 Retrieval models: `export_for_serving(two_tower, dir, candidates=..., k=...)`
 embeds the whole candidate corpus at export time and writes a top-K
 retriever instead (query features in, {"ids", "scores"} out; only the query
-tower's tables are exported). See `tnet.saving.retrieval`.
+tower's tables are exported). See `tnet.serving.retrieval`.
 
 Distributed training: under ParameterServerStrategy the dense variables
 live on ps tasks. `tf.saved_model.save` already writes copies of them
@@ -76,15 +76,15 @@ import numpy as np
 import tensorflow as tf
 
 from tnet import scopes
-from tnet.saving import outputs as outputs_lib
-from tnet.saving.files import _is_disk_full, publish_dir
-from tnet.saving.op_check import (ops_of, raise_if_tnet_ops,  # noqa: F401
+from tnet.serving import outputs as outputs_lib
+from tnet.files import _is_disk_full, publish_dir
+from tnet.serving.op_check import (ops_of, raise_if_tnet_ops,  # noqa: F401
                                   stock_op_types, strip_cluster_devices,
                                   tnet_ops_in)
-from tnet.saving.serving_table import (ServingTable, int8_pays,  # noqa: F401
+from tnet.serving.serving_table import (ServingTable, int8_pays,  # noqa: F401
                                        quantize_int8, write_sliced)
-from tnet.saving.signature import Signature
-from tnet.saving.signature import input_signature as input_signature_of
+from tnet.serving.signature import Signature
+from tnet.serving.signature import input_signature as input_signature_of
 from tnet.table import SparseTable
 
 __all__ = ["export_for_serving", "ExportWriteError", "tnet_ops_in",
@@ -126,14 +126,14 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
       candidates: for a retrieval model (`tn.models.TwoTower`): the
         candidate features of the whole corpus ({name: array [N, ...]}, ids
         included). They are embedded here, once, and the export becomes a
-        top-K retriever (see `tnet.saving.retrieval`).
+        top-K retriever (see `tnet.serving.retrieval`).
       k: with candidates, how many (id, score) pairs a query returns.
       updatable: also write, per table, an overlay of stock TF state and
         the signatures `apply_delta`, `apply_rows` and `serving_version`,
-        so deltas published by `tn.saving.publish_delta` can be applied to
+        so deltas published by `tn.serving.publish_delta` can be applied to
         the running model (`python -m tnet.serving.follow`); see
-        `tnet.saving.fresh`. `apply_delta` and `apply_rows` require the
-        update key (`tnet.saving.update_key`); the export holds only a
+        `tnet.serving.fresh`. `apply_delta` and `apply_rows` require the
+        update key (`tnet.serving.update_key`); the export holds only a
         salted SHA-256 of it.
       update_key: with updatable: the key (32 to 1024 printable ASCII
         characters). Default: the newest key of the key file, or a new
@@ -147,13 +147,13 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
         base).
       prediction: what the model's output holds, "logits",
         "probabilities" or "values", when tnet cannot tell from the model's
-        loss (see `tnet.saving.outputs`).
+        loss (see `tnet.serving.outputs`).
 
     Returns the export directory. The SavedModel's "serving_default"
     signature takes the features by name and returns {"prediction": model
     output}, plus the same output named by what it holds ("logits" or
     "probabilities"; a binary model's logits also as "probabilities");
-    see `tnet.saving.outputs` and docs/guides/serving-contract.md. A
+    see `tnet.serving.outputs` and docs/guides/serving-contract.md. A
     retrieval export returns {"ids": [B, k] int64, "scores": [B, k]}.
     `export_info.json` beside `saved_model.pb` lists the outputs, what
     "prediction" holds (`prediction_holds`), the tables (rows, dims,
@@ -177,7 +177,7 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
             "export_for_serving(updatable=True) serves float32 embeddings of "
             "a ranking model: drop quantize= and candidates=")
     if candidates is not None:
-        from tnet.saving import retrieval as retrieval_lib  # noqa: PLC0415
+        from tnet.serving import retrieval as retrieval_lib  # noqa: PLC0415
         retrieval = retrieval_lib.RetrievalExport(model, candidates, k)
         if input_signature is None:
             input_signature = retrieval.input_signature()
@@ -192,7 +192,7 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
     parent = os.path.dirname(export_dir)
     key_record = None
     if updatable:
-        from tnet.saving import update_key as keys  # noqa: PLC0415
+        from tnet.serving import update_key as keys  # noqa: PLC0415
         key, key_file, keys_before = keys.key_for_export(
             export_dir, update_key, update_key_file, rotate_update_key)
         # Salt and digest, and where the trainer keeps the key (a
@@ -359,7 +359,7 @@ def _write(model, path: str, quantize: Optional[str],
     signatures = {SIGNATURE_KEY: concrete}
     fresh_info = None
     if updatable:
-        from tnet.saving import fresh  # noqa: PLC0415
+        from tnet.serving import fresh  # noqa: PLC0415
         with tf.device(None):
             extra, fresh_info = fresh.updatable_signatures(
                 module, serving, dense, model, key_record)

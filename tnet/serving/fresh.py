@@ -12,7 +12,7 @@ The loop:
    * `apply_delta(version, update_key, <table>_keys, <table>_rows,
      <table>_deleted, ..., dense_0, dense_1, ...) -> {"applied"}`: refuses
      (InvalidArgument, nothing changed) unless `update_key` is the
-     export's (tnet.saving.update_key: the export holds only its salted
+     export's (tnet.serving.update_key: the export holds only its salted
      SHA-256) and version == serving_version + 1; inserts each
      table's freed keys and rows into its overlay, assigns every dense
      variable, then sets serving_version.
@@ -88,8 +88,9 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from tnet.saving import delta_marks, update_key
-from tnet.saving.files import _sha256, publish_dir
+from tnet.saving import delta_marks
+from tnet.serving import update_key
+from tnet.files import _sha256, publish_dir
 
 logger = logging.getLogger("tnet.fresh")
 
@@ -647,9 +648,9 @@ def publish_delta(model, export_dir: str,
 
     Example:
         ```python
-        tn.saving.export_for_serving(model, "/models/ranker/1", updatable=True)
+        tn.serving.export_for_serving(model, "/models/ranker/1", updatable=True)
         model.fit(data)
-        tn.saving.publish_delta(model, "/models/ranker/1")  # .../deltas/delta-000001
+        tn.serving.publish_delta(model, "/models/ranker/1")  # .../deltas/delta-000001
         ```
     """
     current = newest_export(export_dir)
@@ -671,7 +672,7 @@ def publish_delta(model, export_dir: str,
                 "cannot be exported; publishing a delta (export a new base "
                 "outside the scope, e.g. after fit)", current, compact_at)
         elif published >= compact_at * base_rows:
-            from tnet.saving.export import (  # noqa: PLC0415
+            from tnet.serving.export import (  # noqa: PLC0415
                 export_for_serving)
             nxt = os.path.join(os.path.dirname(current),
                                str(int(os.path.basename(current)) + 1))
