@@ -28,7 +28,7 @@ import tensorflow_recommenders as tfrs
 
 import tnet as tn
 from tnet import feature_column as fc
-from tnet.serving import fresh, op_check, update_key
+from tnet.serving import deltas, op_check, publish, update_key, updatable
 from tnet.serving import follow
 
 TOL = 1e-5
@@ -133,12 +133,12 @@ def test_publish_apply_matches_training_and_refuses_bad_deltas(setup):
     evicted = int(table.evict(ttl_steps=1, current_step=step))
     assert evicted > 0
     path = tn.serving.publish_delta(model, export, compact_at=None)
-    manifest = json.load(open(os.path.join(path, fresh.MANIFEST)))
+    manifest = json.load(open(os.path.join(path, deltas.MANIFEST)))
     assert manifest["tables"]["user_id"]["deleted"] == evicted
     follower.step()
     np.testing.assert_allclose(_served(loaded, probe),
                                _trained(model, probe), atol=TOL)
-    gone = np.load(os.path.join(path, fresh.PAYLOAD))[
+    gone = np.load(os.path.join(path, deltas.PAYLOAD))[
         f"{info['updatable']['tables']['user_id']['prefix']}_deleted"]
     assert len(gone) == evicted
     handle = loaded.tables["user_id"].overlay.resource_handle
@@ -150,7 +150,7 @@ def test_publish_apply_matches_training_and_refuses_bad_deltas(setup):
 
     # Applied twice: the model itself refuses; nothing changes.
     state = _served(loaded, probe)
-    payload = fresh.load_delta(export, 4)
+    payload = deltas.load_delta(export, 4)
     with pytest.raises(tf.errors.InvalidArgumentError, match="serving_version"):
         follower.apply(target, 4, payload)
     with pytest.raises(tf.errors.InvalidArgumentError):
@@ -160,22 +160,22 @@ def test_publish_apply_matches_training_and_refuses_bad_deltas(setup):
     # Corrupted / truncated / gap: the follower refuses with one line.
     _fit(model, rng, 2)
     path = tn.serving.publish_delta(model, export, compact_at=None)
-    payload_file = os.path.join(path, fresh.PAYLOAD)
+    payload_file = os.path.join(path, deltas.PAYLOAD)
     good = open(payload_file, "rb").read()
     bad = bytearray(good)
     bad[len(bad) // 2] ^= 0xFF
     open(payload_file, "wb").write(bytes(bad))
-    with pytest.raises(fresh.DeltaError, match="checksum mismatch"):
+    with pytest.raises(deltas.DeltaError, match="checksum mismatch"):
         follower.step()
     open(payload_file, "wb").write(good[:-10])
-    with pytest.raises(fresh.DeltaError, match="checksum mismatch"):
+    with pytest.raises(deltas.DeltaError, match="checksum mismatch"):
         follower.step()
     np.testing.assert_array_equal(_served(loaded, probe), state)
     assert follow.serving_version(target)[0] == 4
     open(payload_file, "wb").write(good)
-    gap = os.path.join(fresh.deltas_dir(export), fresh.delta_name(7))
+    gap = os.path.join(deltas.deltas_dir(export), deltas.delta_name(7))
     shutil.copytree(path, gap)
-    with pytest.raises(fresh.DeltaError, match="gap"):
+    with pytest.raises(deltas.DeltaError, match="gap"):
         follower.step()
     assert follow.serving_version(target)[0] == 5  # 5 applied, 7 refused
     shutil.rmtree(gap)
@@ -237,7 +237,7 @@ def test_follow_cli_grpc_target_without_tnet(setup, tmp_path):
             np.testing.assert_allclose(_grpc_predict(address, probe),
                                        _trained(model, probe), atol=TOL)
         record = json.load(open(os.path.join(
-            fresh.deltas_dir(export), "followers",
+            deltas.deltas_dir(export), "followers",
             f"grpc___{address.replace(':', '_')}_ranker.json")))
         assert record["version"] == 2
         # Nothing new: a second run applies nothing and changes nothing.
@@ -257,7 +257,7 @@ def test_follow_cli_grpc_target_without_tnet(setup, tmp_path):
         # A corrupted delta: one line on stderr, exit 1, nothing changed.
         _fit(model, rng, 1)
         path = tn.serving.publish_delta(model, export, compact_at=None)
-        with open(os.path.join(path, fresh.PAYLOAD), "r+b") as f:
+        with open(os.path.join(path, deltas.PAYLOAD), "r+b") as f:
             f.truncate(100)
         state = _grpc_predict(address, probe)
         done = _follow_cli(export, address)
@@ -332,7 +332,7 @@ def test_key_file_is_owner_only_and_the_key_is_in_no_served_file(
     keys = update_key.read_key_file(path)
     assert len(keys) == 1 and len(bytes.fromhex(keys[0])) == 32
     key = keys[0]
-    record = fresh.read_info(export)["update_key"]
+    record = deltas.read_info(export)["update_key"]
     assert set(record) == {"salt", "sha256", "file"} and record["file"] == path
     assert update_key.matches(record, key)
     assert not update_key.matches(record, update_key.new_key())
@@ -357,14 +357,14 @@ def test_key_file_is_owner_only_and_the_key_is_in_no_served_file(
     # salt; a rotation puts a new key first and keeps the old one second.
     second = tn.serving.export_for_serving(model, os.path.join(base_path, "2"),
                                           updatable=True)
-    r2 = fresh.read_info(second)["update_key"]
+    r2 = deltas.read_info(second)["update_key"]
     assert update_key.matches(r2, key) and r2["salt"] != record["salt"]
     third = tn.serving.export_for_serving(model, os.path.join(base_path, "3"),
                                          updatable=True,
                                          rotate_update_key=True)
     new = update_key.read_key_file(path)
     assert len(new) == 2 and new[1] == key and new[0] != key
-    assert update_key.matches(fresh.read_info(third)["update_key"], new[0])
+    assert update_key.matches(deltas.read_info(third)["update_key"], new[0])
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     # A rotating export that fails leaves the key file as it was (a retry
     # must not push out the key of the base still served).
@@ -394,7 +394,7 @@ def test_a_refused_update_changes_nothing(setup):
     the same request with the key does change what is served (so the
     refusals are the key's doing)."""
     model, rng, export = setup
-    info = fresh.read_info(export)
+    info = deltas.read_info(export)
     key = _the_key(export)
     loaded = tf.saved_model.load(export)
     target = follow.InProcessTarget(loaded)
@@ -402,15 +402,15 @@ def test_a_refused_update_changes_nothing(setup):
     before = _served(loaded, probe)
     dense = [v.numpy() for v in loaded.dense_variables]
     sizes = _overlay_sizes(loaded)
-    for sig in (fresh.APPLY_ROWS, fresh.APPLY_DELTA):
+    for sig in (deltas.APPLY_ROWS, deltas.APPLY_DELTA):
         for bad in _wrong_keys(key):
             with pytest.raises(tf.errors.InvalidArgumentError,
                                match=f"{sig}: refused: bad update key"):
                 target.call(sig, _forged(model, info, 1, bad,
-                                         dense=sig == fresh.APPLY_DELTA))
+                                         dense=sig == deltas.APPLY_DELTA))
         with pytest.raises(TypeError, match=update_key.KEY_INPUT):
             target.call(sig, _forged(model, info, 1, None,
-                                     dense=sig == fresh.APPLY_DELTA))
+                                     dense=sig == deltas.APPLY_DELTA))
     np.testing.assert_array_equal(_served(loaded, probe), before)
     for v, d in zip(loaded.dense_variables, dense):
         np.testing.assert_array_equal(v.numpy(), d)
@@ -419,10 +419,10 @@ def test_a_refused_update_changes_nothing(setup):
     # The key with a wrong version: still refused, still nothing changed.
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match="serving_version"):
-        target.call(fresh.APPLY_DELTA, _forged(model, info, 2, key, True))
+        target.call(deltas.APPLY_DELTA, _forged(model, info, 2, key, True))
     np.testing.assert_array_equal(_served(loaded, probe), before)
     # The control: with the key the forged rows and weights are served.
-    target.call(fresh.APPLY_DELTA, _forged(model, info, 1, key, True))
+    target.call(deltas.APPLY_DELTA, _forged(model, info, 1, key, True))
     assert follow.serving_version(target)[0] == 1
     assert np.max(np.abs(_served(loaded, probe) - before)) > 1e-3
     assert all(np.all(v.numpy() == 9.0) for v in loaded.dense_variables)
@@ -438,7 +438,7 @@ def test_grpc_anonymous_client_cannot_change_what_is_served(setup,
     with one line."""
     import grpc  # noqa: PLC0415
     model, rng, export = setup
-    info = fresh.read_info(export)
+    info = deltas.read_info(export)
     key_file = update_key.default_key_file(export)
     key = _the_key(export)
     probe = _probe()
@@ -448,8 +448,8 @@ def test_grpc_anonymous_client_cannot_change_what_is_served(setup,
         before = _grpc_predict(address, probe)
         version, base = follow.serving_version(client)
         assert (version, base) == (0, info["base_id"])
-        for sig in (fresh.APPLY_ROWS, fresh.APPLY_DELTA):
-            dense = sig == fresh.APPLY_DELTA
+        for sig in (deltas.APPLY_ROWS, deltas.APPLY_DELTA):
+            dense = sig == deltas.APPLY_DELTA
             with pytest.raises(grpc.RpcError) as e:  # no key at all
                 client.call(sig, _forged(model, info, version + 1, None,
                                          dense))
@@ -509,16 +509,16 @@ def test_old_export_without_key_loads_and_is_refused_unless_opted_in(
     model.compile(tn.optimizer.Adagrad(0.1))
     _fit(model, rng, 3)
     export = str(tmp_path / "ranker" / "1")
-    original = fresh.updatable_signatures
-    monkeypatch.setattr(fresh, "updatable_signatures",
+    original = updatable.updatable_signatures
+    monkeypatch.setattr(updatable, "updatable_signatures",
                         lambda m, s, d, model, record: original(
                             m, s, d, model, None))
     tn.serving.export_for_serving(model, export, updatable=True)
     monkeypatch.undo()
-    assert "update_key" not in fresh.read_info(export)
+    assert "update_key" not in deltas.read_info(export)
     loaded = tf.saved_model.load(export)
     assert update_key.KEY_INPUT not in loaded.signatures[
-        fresh.APPLY_ROWS].structured_input_signature[1]
+        deltas.APPLY_ROWS].structured_input_signature[1]
     probe = _probe()
     np.testing.assert_allclose(_served(loaded, probe),
                                _trained(model, probe), atol=TOL)
@@ -526,7 +526,7 @@ def test_old_export_without_key_loads_and_is_refused_unless_opted_in(
     tn.serving.publish_delta(model, export, compact_at=None)
     target = follow.InProcessTarget(loaded)
     before = _served(loaded, probe)
-    with pytest.raises(fresh.DeltaError, match="has no update key"):
+    with pytest.raises(deltas.DeltaError, match="has no update key"):
         follow.Follower(export, [target], say=lambda m: None).step()
     np.testing.assert_array_equal(_served(loaded, probe), before)
     follow.Follower(export, [target], say=lambda m: None,
@@ -537,7 +537,7 @@ def test_old_export_without_key_loads_and_is_refused_unless_opted_in(
     _fit(model, rng, 2, hi=300)
     new = tn.serving.publish_delta(model, export, compact_at=0.01)
     assert new == str(tmp_path / "ranker" / "2")
-    assert update_key.matches(fresh.read_info(new)["update_key"],
+    assert update_key.matches(deltas.read_info(new)["update_key"],
                               _the_key(new))
 
 
@@ -565,7 +565,7 @@ def test_trainer_restart_from_older_checkpoint(setup, tmp_path):
     tn.saving.restore(restarted, ckpts, track_changes=True)
     before = _trained(restarted, probe)
     assert np.max(np.abs(_served(loaded, probe) - before)) > 1e-4
-    fresh.publisher(restarted, export)  # before training resumes
+    publish.publisher(restarted, export)  # before training resumes
     _fit(restarted, rng, 2, lo=0, hi=100)
     tn.serving.publish_delta(restarted, export, compact_at=None)
     follower.step()
@@ -611,8 +611,19 @@ def test_trainer_restart_from_newer_checkpoint_publishes_freed_keys(
         _fit(model, rng, 1, lo=lo, hi=lo + 30)
         step = int(model.optimizer.iterations.numpy())
         assert int(table.evict(ttl_steps=1, current_step=step)) > 0
-        tn.saving.save(model, ckpts, incremental=incremental)
+        saved = tn.saving.save(model, ckpts, incremental=incremental)
+    # Both readers of the table's change log are on the table, by name:
+    # the publisher (its reader kept what it read across the saves'
+    # re-marks) and, when the saves track changes, the checkpoint.
+    readers = table.change_log.readers
+    publisher = readers[f"publisher:{os.path.abspath(export)}"]
+    assert publisher.owner is publish.publisher(model, export)
+    assert ("checkpoint" in readers) == incremental
+    if incremental:
+        assert readers["checkpoint"].marks[0] == \
+            tn.saving.read_manifest(saved)["id"]
     gone = served - _live_keys(table)  # serving holds a row for each
+    assert set(gone) <= set(publisher.freed().tolist())
     assert len(gone) > 100
 
     # The trainer dies; a new one restores the newest checkpoint (newer
@@ -627,7 +638,7 @@ def test_trainer_restart_from_newer_checkpoint_publishes_freed_keys(
     stale = _served(loaded, probe)
     assert np.max(np.abs(stale - _trained(restarted, probe))) > 1e-4
     path = tn.serving.publish_delta(restarted, export, compact_at=None)
-    manifest = json.load(open(os.path.join(path, fresh.MANIFEST)))
+    manifest = json.load(open(os.path.join(path, deltas.MANIFEST)))
     assert manifest["tables"]["user_id"]["deleted"] >= len(gone)
     follower.step()
     state, rows = _overlay_state(loaded, "user_id", gone)
@@ -666,7 +677,7 @@ class _Dies:
         self.inner, self.calls, self.name = inner, calls, inner.name
 
     def call(self, signature, inputs):
-        if signature != fresh.SERVING_VERSION:
+        if signature != deltas.SERVING_VERSION:
             if self.calls == 0:
                 raise KeyboardInterrupt("follower killed")
             self.calls -= 1
@@ -717,9 +728,9 @@ def test_compaction_writes_a_new_base_version(setup):
     new_key, kept = update_key.read_key_file(
         update_key.default_key_file(export))
     assert kept == old_key != new_key
-    assert update_key.matches(fresh.read_info(second)["update_key"],
+    assert update_key.matches(deltas.read_info(second)["update_key"],
                               new_key)
-    assert fresh.newest_export(export) == second
+    assert deltas.newest_export(export) == second
     probe = _probe()
     new = follow.InProcessTarget(tf.saved_model.load(second), name="new")
     np.testing.assert_allclose(_served(new.loaded, probe),
@@ -734,7 +745,7 @@ def test_compaction_writes_a_new_base_version(setup):
     tn.serving.publish_delta(model, export, compact_at=None)
     stale = follow.Follower(export, [new], say=lambda m: None,
                             update_keys=[old_key])
-    with pytest.raises(fresh.DeltaError, match="no update key"):
+    with pytest.raises(deltas.DeltaError, match="no update key"):
         stale.step()
     assert follow.serving_version(new)[0] == 1
     assert follower.step() == {"old": 1, "new": 2}
@@ -791,7 +802,7 @@ def test_cli_publishes_deltas_that_bring_the_base_to_the_trained_model(
                          text=True, timeout=400)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.load(open(run / "summary.json"))
-    versions = fresh.versions_of(str(export_dir))
+    versions = deltas.versions_of(str(export_dir))
     assert len(versions) == 2, versions  # the base, then the final export
     base = os.path.join(export_dir, str(versions[0]))
     # The key file where asked (owner-only), rotated by the final export:
@@ -802,16 +813,16 @@ def test_cli_publishes_deltas_that_bring_the_base_to_the_trained_model(
         == 0o600
     assert not os.path.exists(update_key.default_key_file(base))
     final = os.path.join(export_dir, str(versions[1]))
-    assert update_key.matches(fresh.read_info(final)["update_key"], keys[0])
-    assert update_key.matches(fresh.read_info(base)["update_key"], keys[1])
+    assert update_key.matches(deltas.read_info(final)["update_key"], keys[0])
+    assert update_key.matches(deltas.read_info(base)["update_key"], keys[1])
     assert f"publishing deltas to {base}" in res.stdout
     assert summary["export"]["updatable"] and summary["published"]
     # 2 epochs of ceil(900 / 64) = 15 steps: every 3rd step, and the end.
-    assert len(fresh.list_deltas(base)) == len(summary["published"]) >= 10
+    assert len(deltas.list_deltas(base)) == len(summary["published"]) >= 10
     loaded = tf.saved_model.load(base)
     target = follow.InProcessTarget(loaded)
     follower = follow.Follower(base, [target], say=lambda m: None)
-    follower.export_dir, follower.info = base, fresh.read_info(base)
+    follower.export_dir, follower.info = base, deltas.read_info(base)
     follower.step()
     sample = dict(np.load(run / "export_sample.npz"))
     expected = sample.pop("__expected__").reshape(-1)
@@ -855,7 +866,7 @@ def test_daily_loop_publishes_every_day_into_the_day_before(tmp_path):
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=400)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    assert fresh.versions_of(str(export_dir)) == [20261031, 20261101,
+    assert deltas.versions_of(str(export_dir)) == [20261031, 20261101,
                                                   20261102]
     state = json.load(open(tmp_path / "ckpt" / "days.json"))
     assert state["publish_base"]["day"] == "2026-10-31"

@@ -17,6 +17,7 @@ import tf_keras
 from tnet import distribute as tn_distribute
 from tnet.saving import checkpoint as ckpt
 from tnet.files import logger as _ckpt_logger
+from tnet.table import model_tables
 
 __all__ = ["Checkpoint", "StreamCheckpoint", "TableMaintenance",
            "PublishDeltas", "recount_steps"]
@@ -541,8 +542,7 @@ class TableMaintenance(tf_keras.callbacks.Callback):
             logs.update(self.last_metrics)
 
     def _tables(self, model) -> dict:
-        tables = model.tables() if hasattr(model, "tables") else _find_tables(
-            model)
+        tables = model_tables(model, "TableMaintenance", modules=True)
         if self.table_names is None:
             return tables
         missing = sorted(set(self.table_names) - set(tables))
@@ -604,16 +604,6 @@ def _iterations(model) -> int:
     return int(model.optimizer.iterations.numpy())
 
 
-def _find_tables(model) -> dict:
-    """{name: SparseTable} tracked anywhere in a Keras model / tf.Module."""
-    from tnet.table import SparseTable  # noqa: PLC0415
-    out = {}
-    for module in model._flatten_modules(include_self=True):  # noqa: SLF001
-        if isinstance(module, SparseTable):
-            out[module.table_name] = module
-    return out
-
-
 def _under_pss(model) -> bool:
     strategy = getattr(model, "distribute_strategy", None)
     if strategy is None and tf.distribute.has_strategy():
@@ -625,7 +615,7 @@ def _under_pss(model) -> bool:
 class PublishDeltas(tf_keras.callbacks.Callback):
     """Publishes deltas of the model into an updatable export during `fit`.
 
-    `tn.serving.publish_delta(model, export_dir)` (see `tnet.serving.fresh`)
+    `tn.serving.publish_delta(model, export_dir)` (see `tnet.serving.publish`)
     runs when `optimizer.iterations` crosses a multiple of `every_n_steps`,
     or `every_seconds` after the previous publish (checked after each
     batch), and at train end. `export_dir` must hold an export written with
@@ -696,9 +686,9 @@ class PublishDeltas(tf_keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         import time  # noqa: PLC0415
-        from tnet.serving import fresh  # noqa: PLC0415
-        self._publisher = fresh.publisher(
-            self.model, fresh.newest_export(self.export_dir))
+        from tnet.serving import deltas, publish  # noqa: PLC0415
+        self._publisher = publish.publisher(
+            self.model, deltas.newest_export(self.export_dir))
         self._last_time = time.monotonic()
         self._last_step = _iterations(self.model)
         self._batches = 0
@@ -708,11 +698,11 @@ class PublishDeltas(tf_keras.callbacks.Callback):
         step = _iterations(self.model)
         if step == self._last_step and self.published:
             return
-        from tnet.serving import fresh  # noqa: PLC0415
+        from tnet.serving import publish  # noqa: PLC0415
         # A publish that failed part way writes nothing and keeps the freed
         # keys it read for the next one, so a ps cut is waited out.
         self.published.append(tn_distribute.through_ps_cut(
-            lambda: fresh.publish_delta(
+            lambda: publish.publish_delta(
                 self.model, self.export_dir, compact_at=self.compact_at,
                 rotate_update_key=self.rotate_update_key),
             f"publishing a delta at step {step}"))

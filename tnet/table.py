@@ -614,6 +614,18 @@ class SparseTable(tf.Module):
                         "deleted": deleted.numpy()})
         return out
 
+    @property
+    def change_log(self):
+        """The readers of this table's change marks and deletion log (the
+        checkpoints', each delta publisher's), by name; the one way to
+        re-mark it (tnet/change_log.py)."""
+        log = self.__dict__.get("_tnet_change_log")
+        if log is None:
+            from tnet.change_log import ChangeLog  # noqa: PLC0415
+            log = ChangeLog(self)
+            object.__setattr__(self, "_tnet_change_log", log)
+        return log
+
     def export_chunks(self, shard: Optional[int] = None,
                       chunk_rows: int = 1 << 20, since_step=None,
                       weights_only: bool = False):
@@ -817,3 +829,26 @@ def _stripes_for(num_stripes: int, shard_cap: int) -> int:
 
 # Process-unique resource names (as tf.lookup tables do in eager mode).
 _UIDS = itertools.count()
+
+
+def model_tables(model, needed_by: str, modules: bool = False,
+                 nonempty: bool = False) -> dict:
+    """{name: SparseTable} of `model`: the one way tnet finds a model's
+    tables. A `tn.Model` lists them (`tables()`); with `modules`, any Keras
+    model or tf.Module is searched for them. `needed_by` names the caller
+    in the error: a model that is not a tn.Model (TypeError) or, with
+    `nonempty`, one without tables (ValueError)."""
+    if hasattr(model, "tables"):
+        tables = model.tables()
+    elif modules:
+        tables = {m.table_name: m for m in model._flatten_modules(  # noqa: SLF001
+            include_self=True) if isinstance(m, SparseTable)}
+    else:
+        raise TypeError(f"{needed_by} needs a tn.Model (with tables()), "
+                        f"got {type(model).__name__}")
+    if nonempty and not tables:
+        raise ValueError(
+            f"{needed_by}: {type(model).__name__} has no tnet tables; build "
+            "the model (call or fit it once) first, or save a model without "
+            "tnet layers with tf.saved_model.save")
+    return tables

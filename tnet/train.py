@@ -245,7 +245,7 @@ def _publisher():
 
 def updatable_export_of(export_dir: str):
     """The newest updatable version under `export_dir`, or None."""
-    from tnet.serving import fresh  # noqa: PLC0415
+    from tnet.serving import deltas as fresh  # noqa: PLC0415
     if not os.path.isdir(export_dir):
         return None
     try:

@@ -175,7 +175,7 @@ def _publish_base(cli, model, spec, stream):
         time.sleep(FLAGS.stream_poll_secs)
     if not landed:
         return None
-    from tnet.serving import fresh  # noqa: PLC0415
+    from tnet.serving import deltas as fresh  # noqa: PLC0415
     job = SpecJobData(False, spec, landed[:1], landed[:1], count=False)
     latest = (tn.saving.latest_checkpoint(FLAGS.checkpoint_dir)
               if FLAGS.checkpoint_dir else None)

@@ -53,7 +53,7 @@ import tnet as tn  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tnet import feature_column as fc  # noqa: E402
-from tnet.serving import fresh  # noqa: E402
+from tnet.serving import deltas as delta_files  # noqa: E402
 from tnet.serving import follow  # noqa: E402
 from tools import _bench_common as common  # noqa: E402
 
@@ -268,8 +268,8 @@ def main():
     # Rows the overlay holds: the rows of the deltas (distinct but for the
     # freshness probe's one key, published each sample).
     overlay_rows = sum(
-        c["rows"] + c["deleted"] for v in fresh.list_deltas(export)
-        for c in fresh.read_manifest(export, v)["tables"].values())
+        c["rows"] + c["deleted"] for v in delta_files.list_deltas(export)
+        for c in delta_files.read_manifest(export, v)["tables"].values())
     overlay_rows -= max(0, args.fresh_samples - 1)
     mem = _served_rss(export, work)
     res["served_memory"] = dict(mem, overlay_rows=overlay_rows,

@@ -31,7 +31,7 @@ Layout of `<dir>/ckpt-<step>/`:
 * `sparse/<table>/deleted.h5` (deltas only): dataset `keys`, the sorted keys
   that were live at the parent checkpoint and are gone now (gzip).
 * `publishing/<base_id>.h5`, one per delta publisher of the model open at
-  the save (`tnet.serving.fresh`; `manifest["publishers"]` lists them in
+  the save (`tnet.serving.publish`; `manifest["publishers"]` lists them in
   the order of their `freed` tables, datasets `freed_0`, `freed_1`, ...):
   the keys freed since that publisher's last delta, which a trainer
   restored from this checkpoint publishes in its first delta.
@@ -354,7 +354,7 @@ def _write(model, tables, directory, step, train_step, parent, full_reason,
             total_rows += info["rows"]
             written += info["rows_written"]
         manifest["dense"] = _write_dense(model, tmp)
-        manifest["publishers"] = _write_publishers(model, tmp)
+        manifest["publishers"] = _write_publishers(tables, tmp)
         manifest["state"] = _write_state(tmp, state or {})
         files = {}
         for root, _, names in os.walk(tmp):
@@ -471,15 +471,26 @@ def _write_pending(path: str, table: SparseTable, name: str) -> int:
     return n
 
 
-def _write_publishers(model, tmp: str) -> list:
-    """Per open delta publisher of `model` (tnet.serving.fresh), the keys
-    it has read as freed and not published yet, in
+def _write_publishers(tables, tmp: str) -> list:
+    """Per reader of the tables' change logs that says what it is
+    (`describe`: the delta publishers, tnet.serving.publish), the keys it
+    has read as freed and not published yet, in
     `publishing/<base_id>.h5` (one int64 dataset per table, in the order
     of the entry's `freed`): a trainer restored from this checkpoint
     publishes them in its first delta. Returns the manifest entries."""
-    from tnet.serving import fresh  # noqa: PLC0415
+    records: Dict[str, Dict[str, Any]] = {}
+    for tname in sorted(tables):
+        for rname, reader in tables[tname].change_log.readers.items():
+            if reader.describe is None:
+                continue
+            if rname not in records:
+                records[rname] = {**reader.describe(), "freed": {}}
+            record = records[rname]
+            record["freed"][tname] = reader.freed()
+            record["deletes_incomplete"] = bool(
+                record["deletes_incomplete"] or reader.dropped)
     entries = []
-    for record in fresh.checkpoint_records(model):
+    for record in (records[n] for n in sorted(records)):
         rel = os.path.join("publishing", f"{record['base_id']}.h5")
         os.makedirs(os.path.join(tmp, "publishing"), exist_ok=True)
         names = sorted(record["freed"])

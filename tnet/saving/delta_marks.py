@@ -5,52 +5,36 @@ calls `SparseTable.mark_changes()`: each shard (in C++, on its ps) records a
 mark, the largest last_step any of its rows has, and from then on stamps
 every changed row above it, counts the changes it cannot stamp (untracked)
 and logs the keys it frees (bounded). The chief keeps only, per live table,
-the checkpoint id and each shard's (generation, mark): a few bytes, never a
-per-row index. A delta then exports `since_step=mark` per shard and writes
-the deletion log; see checkpoint.py's module docstring for the rules.
+the checkpoint id and each shard's (generation, mark), as the `marks` of
+the "checkpoint" reader on the table's change log (`table.change_log`,
+tnet/change_log.py): a few bytes, never a per-row index. A delta then
+exports `since_step=mark` per shard and writes the deletion log; see
+checkpoint.py's module docstring for the rules.
 """
 from __future__ import annotations
 
 import os
-import weakref
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from tnet.change_log import CHECKPOINT
 from tnet.table import SparseTable
 
 
-@dataclass
-class _Marks:
-    """The change marks of one table, taken at one checkpoint."""
-    ckpt_id: str
-    shards: List[Tuple[int, int]]  # (generation, mark) per shard
-
-
-# Per live table: the marks of the last checkpoint this process wrote or
-# restored with change tracking.
-_MARKS: "weakref.WeakKeyDictionary[SparseTable, _Marks]" = (
-    weakref.WeakKeyDictionary())
-
-
-# Readers of the deletion log besides checkpoints (tnet.serving.fresh's
-# delta publishers): each is called with the table right before a
-# checkpoint re-marks it (which empties the log), and a table any of them
-# holds keeps tracking when a checkpoint stops its own.
-_BEFORE_MARK: List = []
-
-
 def _set_marks(table: SparseTable, ckpt_id: Optional[str]) -> None:
-    """Marks `table` at checkpoint `ckpt_id`, or (None) stops tracking."""
-    keep = False
-    for drain in list(_BEFORE_MARK):
-        keep = bool(drain(table)) or keep
+    """Marks `table` at checkpoint `ckpt_id`, or (None) stops tracking,
+    through its change log's "checkpoint" reader (whose `marks` the next
+    delta checks); the table's other readers (delta publishers) read what
+    is left of the log first and keep it tracking."""
+    log = table.change_log
     if ckpt_id is None:
-        table.mark_changes(keep)
-        _MARKS.pop(table, None)
-    else:
-        _MARKS[table] = _Marks(ckpt_id, table.mark_changes(True))
+        log.mark(CHECKPOINT, False)
+        log.unregister(CHECKPOINT)
+        return
+    reader = log.reader(CHECKPOINT) or log.register(CHECKPOINT,
+                                                    reads_freed=False)
+    reader.marks = (ckpt_id, log.mark(CHECKPOINT, True))
 
 
 def _table_changes(table: SparseTable, tname: str, parent: str,
@@ -59,16 +43,16 @@ def _table_changes(table: SparseTable, tname: str, parent: str,
     """(per-shard changes since `parent`, None), or (None, why a delta on
     `parent` would not be exact)."""
     name = os.path.basename(parent)
-    marks = _MARKS.get(table)
-    if marks is None or marks.ckpt_id != parent_id:
+    reader = table.change_log.reader(CHECKPOINT)
+    marks = reader.marks if reader is not None else None
+    if marks is None or marks[0] != parent_id:
         return None, (f"this process holds no change marks of {name} for "
                       f"table {tname!r} (it did not write it or restore it "
                       "with track_changes=True)")
     changes = table.changes()
-    if len(changes) != len(marks.shards):
+    if len(changes) != len(marks[1]):
         return None, f"table {tname!r} changed its shard count since {name}"
-    for shard, (c, (generation, mark)) in enumerate(zip(changes,
-                                                        marks.shards)):
+    for shard, (c, (generation, mark)) in enumerate(zip(changes, marks[1])):
         if c["generation"] != generation or c["mark"] != mark or mark < 0:
             return None, (f"table {tname!r} shard {shard}: change tracking "
                           f"was reset since {name}")

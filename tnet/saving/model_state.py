@@ -12,7 +12,7 @@ import tensorflow as tf
 from tensorflow.python.trackable import base as trackable_base
 
 from tnet.saving.manifest import CheckpointError, DENSE_PREFIX
-from tnet.table import _TableShard, SparseTable
+from tnet.table import _TableShard, SparseTable, model_tables
 
 
 # ------------------------------------------------------- dense state
@@ -83,10 +83,7 @@ def _strategy_scope(model):
 
 
 def _model_tables(model) -> Dict[str, SparseTable]:
-    if not hasattr(model, "tables"):
-        raise TypeError("tn.saving checkpoints need a tn.Model (with "
-                        f"tables()), got {type(model).__name__}")
-    return model.tables()
+    return model_tables(model, "tn.saving checkpoints")
 
 
 def _train_step(model) -> Optional[int]:

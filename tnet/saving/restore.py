@@ -81,7 +81,7 @@ def restore(model, path: str, track_changes: bool = False,
         if track_changes:
             _set_marks(tables[name], final_manifest["id"])
         rows += final_manifest["tables"][name]["rows"]
-    _restore_publishers(model, ckpt, final_manifest)
+    _restore_publishers(tables, ckpt, final_manifest)
     say(f"restored {ckpt} (step {final_manifest['step']}, "
         f"{len(chain)} checkpoint(s), {len(tables)} tables, {rows:,} rows) "
         f"in {time.monotonic() - start:.1f}s")
@@ -289,19 +289,23 @@ def _restore_pending(table: SparseTable, name: str, newest) -> None:
                              f["counters"][:])
 
 
-def _restore_publishers(model, cpath: str, manifest) -> None:
+def _restore_publishers(tables, cpath: str, manifest) -> None:
     """The delta publishers' unpublished freed keys the checkpoint
-    recorded (checkpoint._write_publishers), for the model's next
-    publisher of each base (tnet.serving.fresh). Checkpoints written
-    before this, or by a trainer that published nothing, have none."""
-    from tnet.serving import fresh  # noqa: PLC0415
-    records = []
+    recorded (checkpoint._write_publishers), handed to each table's change
+    log (`restored`, by base id) for the next publisher of that base
+    (tnet.serving.publish) to take; what an earlier restore handed over
+    goes. Checkpoints written before this, or by a trainer that published
+    nothing, have none."""
+    for table in tables.values():
+        table.change_log.restored = {}
     for entry in manifest.get("publishers", []):
         with h5py.File(os.path.join(cpath, entry["file"]), "r") as f:
             freed = {name: f[f"freed_{i}"][:].astype(np.int64)
                      for i, name in enumerate(sorted(entry["freed"]))}
-        records.append({**entry, "freed": freed})
-    fresh.restored_records(model, records)
+        for name, keys in freed.items():
+            if name in tables:
+                tables[name].change_log.restored[entry["base_id"]] = {
+                    **entry, "freed": keys}
 
 
 def _import_batch(table: SparseTable, shard: int, k, w, s, m,

@@ -6,14 +6,17 @@
   `outputs`, the op check `op_check`, the two-tower top-K `retrieval`).
 - With `updatable=True`, `publish_delta(model, export_dir)` (or the
   `tn.callbacks.PublishDeltas` callback) streams changed rows to it as
-  numbered deltas (`tnet.serving.fresh`), guarded by an update key
+  numbered deltas (`tnet.serving.publish`; the files:
+  `tnet.serving.deltas`; the signatures that apply them:
+  `tnet.serving.updatable`), guarded by an update key
   (`update_key`), and `python -m tnet.serving.follow` applies them to
   serving replicas.
 - `tnet/serving/checks.py`, run by path in a process without tnet, checks
   an export's predictions.
 """
+from tnet.serving.deltas import DeltaError
 from tnet.serving.export import ExportWriteError, export_for_serving
-from tnet.serving.fresh import DeltaError, publish_delta
+from tnet.serving.publish import publish_delta
 
 __all__ = ["export_for_serving", "ExportWriteError", "publish_delta",
            "DeltaError"]

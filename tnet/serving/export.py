@@ -76,6 +76,7 @@ import numpy as np
 import tensorflow as tf
 
 from tnet import scopes
+from tnet.serving import deltas
 from tnet.serving import outputs as outputs_lib
 from tnet.files import _is_disk_full, publish_dir
 from tnet.serving.op_check import (ops_of, raise_if_tnet_ops,  # noqa: F401
@@ -83,9 +84,10 @@ from tnet.serving.op_check import (ops_of, raise_if_tnet_ops,  # noqa: F401
                                   tnet_ops_in)
 from tnet.serving.serving_table import (ServingTable, int8_pays,  # noqa: F401
                                        quantize_int8, write_sliced)
+from tnet.serving import updatable as updatable_lib
 from tnet.serving.signature import Signature
 from tnet.serving.signature import input_signature as input_signature_of
-from tnet.table import SparseTable
+from tnet.table import model_tables
 
 __all__ = ["export_for_serving", "ExportWriteError", "tnet_ops_in",
            "stock_op_types"]
@@ -93,7 +95,7 @@ __all__ = ["export_for_serving", "ExportWriteError", "tnet_ops_in",
 QUANTIZE_MODES = (None, "float16", "int8")
 SIGNATURE_KEY = "serving_default"
 OUTPUT_KEY = "prediction"
-INFO_FILE = "export_info.json"
+INFO_FILE = deltas.INFO_FILE
 SCRATCH_DIR = ".tnet-scratch"  # inside the temporary export dir
 
 
@@ -132,7 +134,7 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
         the signatures `apply_delta`, `apply_rows` and `serving_version`,
         so deltas published by `tn.serving.publish_delta` can be applied to
         the running model (`python -m tnet.serving.follow`); see
-        `tnet.serving.fresh`. `apply_delta` and `apply_rows` require the
+        `tnet.serving.updatable`. `apply_delta` and `apply_rows` require the
         update key (`tnet.serving.update_key`); the export holds only a
         salted SHA-256 of it.
       update_key: with updatable: the key (32 to 1024 printable ASCII
@@ -301,7 +303,7 @@ def _write(model, path: str, quantize: Optional[str],
            key_record: Optional[Dict[str, str]] = None,
            prediction: Optional[str] = None) -> Dict[str, Any]:
     updatable = key_record is not None
-    tables = _model_tables(model)
+    tables = model_tables(model, "export_for_serving", nonempty=True)
     kind, binary = outputs_lib.prediction_kind(model, prediction)
     if kind == outputs_lib.UNKNOWN and retrieval is None:
         outputs_lib.log_unknown(model)
@@ -359,9 +361,8 @@ def _write(model, path: str, quantize: Optional[str],
     signatures = {SIGNATURE_KEY: concrete}
     fresh_info = None
     if updatable:
-        from tnet.serving import fresh  # noqa: PLC0415
         with tf.device(None):
-            extra, fresh_info = fresh.updatable_signatures(
+            extra, fresh_info = updatable_lib.updatable_signatures(
                 module, serving, dense, model, key_record)
         for name, fn in extra.items():
             raise_if_tnet_ops(ops_of(fn.graph.as_graph_def()), name)
@@ -395,20 +396,6 @@ def _write(model, path: str, quantize: Optional[str],
                                for v in dense)),
         "saved_model_bytes": _dir_bytes(path),
     }
-
-
-def _model_tables(model) -> Dict[str, SparseTable]:
-    if not hasattr(model, "tables"):
-        raise TypeError(
-            f"export_for_serving needs a tn.Model (with tables()), got "
-            f"{type(model).__name__}")
-    tables = model.tables()
-    if not tables:
-        raise ValueError(
-            f"{type(model).__name__} has no tnet tables; build the model "
-            "(call or fit it once) before exporting, or save a model without "
-            "tnet layers with tf.saved_model.save")
-    return tables
 
 
 def _dir_bytes(path: str) -> int:

@@ -8,7 +8,7 @@ PredictionService.Predict on the export's `apply_delta`, `apply_rows` and
 `serving_version` signatures) or, from Python, an in-process SavedModel
 (`InProcessTarget`). Per poll and per target the follower asks the target
 its `serving_version`, then applies every newer delta in order
-(`tnet.serving.fresh.load_delta` checks each one's checksum and base first),
+(`tnet.serving.deltas.load_delta` checks each one's checksum and base first),
 so a replica that restarted (back at version 0) or joined late is replayed
 from the base. A gap or a checksum mismatch stops that target with one
 line naming the delta; the target keeps serving what it had. A delta is
@@ -40,9 +40,9 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from tnet.serving import fresh, update_key
+from tnet.serving import deltas, update_key
 from tnet.files import write_json_atomic
-from tnet.serving.fresh import DeltaError
+from tnet.serving.deltas import DeltaError
 from tnet import log as tnet_log
 
 _log = tnet_log.get("serving.follow")
@@ -107,7 +107,7 @@ def parse_target(spec: str):
 
 
 def serving_version(target) -> (int, str):
-    out = target.call(fresh.SERVING_VERSION, {})
+    out = target.call(deltas.SERVING_VERSION, {})
     base = np.asarray(out["base_id"]).reshape(-1)[0]
     base = base.decode() if isinstance(base, bytes) else str(base)
     return int(np.asarray(out["version"]).reshape(-1)[0]), base
@@ -129,8 +129,8 @@ class Follower:
                  update_keys: Optional[List[str]] = None,
                  update_key_file: Optional[str] = None,
                  allow_keyless: bool = False):
-        self.export_dir = fresh.newest_export(export_dir)
-        self.info = fresh.read_info(self.export_dir)
+        self.export_dir = deltas.newest_export(export_dir)
+        self.info = deltas.read_info(self.export_dir)
         # The keys to pick from per base (see the module doc): given, from
         # the key file (re-read when no key matches: a rotated file or a
         # renewed Secret), from TNET_UPDATE_KEY; with none of these, from
@@ -150,7 +150,7 @@ class Follower:
         self.targets = targets
         self.chunk_bytes = chunk_bytes
         self.say = say or (lambda m: _log.info(f"[tnet.follow] {m}"))
-        self.state_dir = os.path.join(fresh.deltas_dir(self.export_dir),
+        self.state_dir = os.path.join(deltas.deltas_dir(self.export_dir),
                                       "followers")
 
     def _load_keys(self) -> List[str]:
@@ -158,7 +158,7 @@ class Follower:
             self.key_file)))
 
     def _record(self, target, version: int) -> None:
-        self.state_dir = os.path.join(fresh.deltas_dir(self.export_dir),
+        self.state_dir = os.path.join(deltas.deltas_dir(self.export_dir),
                                       "followers")
         os.makedirs(self.state_dir, exist_ok=True)
         safe = "".join(c if c.isalnum() or c in "-_." else "_"
@@ -169,7 +169,7 @@ class Follower:
                            "time": time.time()})
 
     def recorded(self, target) -> Optional[int]:
-        self.state_dir = os.path.join(fresh.deltas_dir(self.export_dir),
+        self.state_dir = os.path.join(deltas.deltas_dir(self.export_dir),
                                       "followers")
         safe = "".join(c if c.isalnum() or c in "-_." else "_"
                        for c in target.name)
@@ -200,9 +200,9 @@ class Follower:
         if base_id == self.info["base_id"]:
             return self.export_dir, self.info
         parent = os.path.dirname(self.export_dir)
-        for v in reversed(fresh.versions_of(parent)):
+        for v in reversed(deltas.versions_of(parent)):
             path = os.path.join(parent, str(v))
-            info = fresh.read_info(path, full=True).get("updatable")
+            info = deltas.read_info(path, full=True).get("updatable")
             if info and info["base_id"] == base_id:
                 return path, info
         raise DeltaError(f"serves base {base_id}, which no export in "
@@ -210,9 +210,9 @@ class Follower:
 
     def _follow(self, target) -> int:
         # The newest base beside ours (a compaction may have written one).
-        newest = fresh.newest_export(self.export_dir)
+        newest = deltas.newest_export(self.export_dir)
         if newest != self.export_dir:
-            self.export_dir, self.info = newest, fresh.read_info(newest)
+            self.export_dir, self.info = newest, deltas.read_info(newest)
         current, base = serving_version(target)
         export_dir, info = self._export_of(base)
         return self._follow_export(target, current, export_dir, info)
@@ -231,16 +231,16 @@ class Follower:
             self.say(f"{target.name} is at version {current} (recorded "
                      f"{recorded}): it restarted; replaying from "
                      f"{current + 1}")
-        versions = fresh.list_deltas(self.export_dir)
+        versions = deltas.list_deltas(self.export_dir)
         newer = [v for v in versions if v > current]
         for expected, v in enumerate(newer, start=current + 1):
             if v != expected:
                 raise DeltaError(
-                    f"{fresh.delta_name(expected)} is missing in "
-                    f"{fresh.deltas_dir(self.export_dir)} (gap before "
-                    f"{fresh.delta_name(v)}); staying at version "
+                    f"{deltas.delta_name(expected)} is missing in "
+                    f"{deltas.deltas_dir(self.export_dir)} (gap before "
+                    f"{deltas.delta_name(v)}); staying at version "
                     f"{expected - 1}")
-            payload = fresh.load_delta(self.export_dir, v,
+            payload = deltas.load_delta(self.export_dir, v,
                                        self.info["base_id"])
             self.apply(target, v, payload)
             self._record(target, v)
@@ -295,12 +295,12 @@ class Follower:
                     arr = payload[f"{p}_{part}"]
                     inputs[f"{p}_{part}"] = np.array_split(arr, pieces)[i]
             if i + 1 < pieces:
-                target.call(fresh.APPLY_ROWS, inputs)
+                target.call(deltas.APPLY_ROWS, inputs)
             else:
                 for j in range(len(self.info["dense"])):
                     inputs[f"dense_{j}"] = payload[f"dense_{j}"]
-                target.call(fresh.APPLY_DELTA, inputs)
-        self.say(f"{target.name}: applied {fresh.delta_name(version)}")
+                target.call(deltas.APPLY_DELTA, inputs)
+        self.say(f"{target.name}: applied {deltas.delta_name(version)}")
 
 
 def main(argv=None) -> int:

@@ -108,7 +108,7 @@ class ServingTable(tf.Module):
         self.overlay = None  # see make_updatable
 
     def make_updatable(self) -> None:
-        """Adds the overlay of an updatable export (tnet.serving.fresh): a
+        """Adds the overlay of an updatable export (tnet.serving.updatable): a
         stock `MutableHashTable` from the table's key to [state, row...],
         state 1 a row published since the base, 2 a key freed since (reads
         the zero row); a key absent from it reads the base."""
