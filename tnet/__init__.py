@@ -37,31 +37,54 @@ _select_legacy_keras()
 from tnet import log  # noqa: E402
 log.install()
 
-with log.hold_startup_chatter(log.quiet_tensorflow()):
-    from tnet import bind  # noqa: E402
-    from tnet import callbacks  # noqa: E402
-    from tnet import data  # noqa: E402
-    from tnet import distribute  # noqa: E402
-    from tnet import feature_column  # noqa: E402
-    from tnet import layers  # noqa: E402
-    from tnet import model  # noqa: E402
-    from tnet import models  # noqa: E402
-    from tnet import monitoring  # noqa: E402
-    from tnet import optimizer  # noqa: E402
-    from tnet import saving  # noqa: E402
-    from tnet import serving  # noqa: E402
-    from tnet.model import Model  # noqa: E402
-    from tnet.table import SparseTable  # noqa: E402
 
-# The serving names that lived in tn.saving before tn.serving existed keep
-# working there (set here: tnet.saving itself never imports tnet.serving).
-for _name in ("export_for_serving", "ExportWriteError", "publish_delta",
-              "DeltaError"):
-    setattr(saving, _name, getattr(serving, _name))
-del _name
+def _tensorflow_importable() -> bool:
+    """Whether this Python can import TensorFlow. Without it tnet loads
+    only what needs none (tnet.log, tnet.files and tnet.serving.deltas,
+    the delta files a follower reads); its other names say so."""
+    import importlib.util  # noqa: PLC0415
+    try:
+        return importlib.util.find_spec("tensorflow") is not None
+    except (ImportError, ValueError):
+        return False
 
-__all__ = ["SparseTable", "Model", "bind", "callbacks", "data", "distribute", "feature_column", "layers", "log",
-           "model", "models", "monitoring", "optimizer", "saving", "serving"]
+
+_WITH_TENSORFLOW = _tensorflow_importable()
+
+if _WITH_TENSORFLOW:
+    with log.hold_startup_chatter(log.quiet_tensorflow()):
+        from tnet import bind  # noqa: E402
+        from tnet import callbacks  # noqa: E402
+        from tnet import data  # noqa: E402
+        from tnet import distribute  # noqa: E402
+        from tnet import feature_column  # noqa: E402
+        from tnet import layers  # noqa: E402
+        from tnet import model  # noqa: E402
+        from tnet import models  # noqa: E402
+        from tnet import monitoring  # noqa: E402
+        from tnet import optimizer  # noqa: E402
+        from tnet import saving  # noqa: E402
+        from tnet import serving  # noqa: E402
+        from tnet.model import Model  # noqa: E402
+        from tnet.table import SparseTable  # noqa: E402
+
+    # The serving names that lived in tn.saving before tn.serving existed
+    # keep working there (set here: tnet.saving never imports tnet.serving).
+    for _name in ("export_for_serving", "ExportWriteError", "publish_delta",
+                  "DeltaError"):
+        setattr(saving, _name, getattr(serving, _name))
+    del _name
+
+    __all__ = ["SparseTable", "Model", "bind", "callbacks", "data",
+               "distribute", "feature_column", "layers", "log", "model",
+               "models", "monitoring", "optimizer", "saving", "serving"]
+else:
+    def __getattr__(name: str):
+        raise AttributeError(
+            f"tnet.{name} needs TensorFlow, which this Python cannot import "
+            "(pip install -r requirements.txt, or the wheel's TensorFlow); "
+            "without it only tnet.serving.deltas, the delta files, loads")
+
 # The package version (setup.py reads it from here; a wheel adds
 # "+tf<X.Y.Z>", the TensorFlow its op library was built for).
 __version__ = "0.2.0"

@@ -13,10 +13,16 @@
   serving replicas.
 - `tnet/serving/checks.py`, run by path in a process without tnet, checks
   an export's predictions.
+
+Without TensorFlow (a follower host reading delta files) only
+`tnet.serving.deltas` loads.
 """
+import tnet as _tnet
 from tnet.serving.deltas import DeltaError
-from tnet.serving.export import ExportWriteError, export_for_serving
-from tnet.serving.publish import publish_delta
+
+if _tnet._WITH_TENSORFLOW:  # noqa: SLF001  (else: deltas alone, see tnet)
+    from tnet.serving.export import ExportWriteError, export_for_serving
+    from tnet.serving.publish import publish_delta
 
 __all__ = ["export_for_serving", "ExportWriteError", "publish_delta",
            "DeltaError"]
