@@ -114,7 +114,7 @@ def test_saving_and_serving_import_no_circle():
 
 def test_cycle_finder_finds_a_function_local_circle(tmp_path):
     """The check above can fail: a circle hidden behind a function-local
-    import (as export.py <-> fresh.py once were) is found."""
+    import is found."""
     a = tmp_path / "a.py"
     a.write_text("def f():\n    from tnet.serving import b\n")
     b = tmp_path / "b.py"
