@@ -10,7 +10,10 @@ day, and exports a servable SavedModel at the end.
 
     python examples/tensornet_style.py --workdir /tmp/tn_style --days 4
 
-Run it again: it finds every day trained and the export written. The data are
+It ends by loading the export with stock TensorFlow and checking that it
+predicts what the model predicts (exit status 1 if not). Run it again: it
+restores the newest checkpoint, finds every day trained and the export
+written, and checks the restored model against the export. The data are
 generated (a known logistic model of the ids) under WORKDIR/data/<day>/.
 docs/guides/migrating.md maps each TensorNet name used here.
 """
@@ -20,6 +23,7 @@ import argparse
 import datetime
 import os
 import pathlib
+import sys
 
 import numpy as np
 
@@ -100,14 +104,14 @@ def wide_deep(hidden=(64, 32)) -> tn.Model:
 
 
 # ------------------------------------------------------------ the daily loop
-def main() -> None:
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workdir", required=True)
     p.add_argument("--days", type=int, default=4)
     p.add_argument("--rows_per_day", type=int, default=20_000)
     p.add_argument("--batch_size", type=int, default=256)
     p.add_argument("--first_day", default="2026-11-01")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     work = pathlib.Path(a.workdir)
     data_dir, ckpt_dir = work / "data", work / "checkpoints"
     start = datetime.date.fromisoformat(a.first_day)
@@ -136,19 +140,33 @@ def main() -> None:
         print(f"{days[i]}: trained and checkpointed (step {i + 1})", flush=True)
 
     version = work / "export" / str(len(days))   # one version per day count
-    if version.exists():
-        print(f"{version} exists: nothing new to export")
-        return
-    tn.serving.export_for_serving(model, version)
-    # A sample for tnet/serving/checks.py: the serving inputs (the sparse
-    # slots arrive padded with -1) and this model's predictions for them.
+    # A sample of the last day in its serving form (the sparse slots
+    # arrive padded with -1) and this model's predictions for it.
     features, _ = next(iter(read_day(data_dir, days[-1], 16)))
     sample = {s: tf.sparse.to_dense(features[s], default_value=-1).numpy()
               for s in SLOTS}
-    sample["__expected__"] = model.predict(features, verbose=0).reshape(-1)
-    np.savez(work / "export_sample.npz", **sample)
-    print(f"exported {version}")
+    expected = model.predict(features, verbose=0).reshape(-1)
+    if version.exists():
+        print(f"{version} exists: nothing new to export")
+    else:
+        tn.serving.export_for_serving(model, version)
+        # For tools/check_export.py (tnet/serving/checks.py: a check in a
+        # process without tnet).
+        np.savez(work / "export_sample.npz", __expected__=expected, **sample)
+        print(f"exported {version}")
+
+    # The export, loaded with stock TensorFlow, serves this model (on a
+    # rerun: the model restored from the checkpoint).
+    serve = tf.saved_model.load(str(version)).signatures["serving_default"]
+    served = serve(**{s: tf.constant(v) for s, v in sample.items()})
+    diff = float(np.abs(served["prediction"].numpy().reshape(-1)
+                        - expected).max())
+    if diff > 1e-5:
+        print(f"FAILED: {version} differs from the model by up to {diff}")
+        return 1
+    print(f"OK: {version} serves the trained model (max diff {diff:.1e})")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
