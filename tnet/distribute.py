@@ -325,7 +325,18 @@ def through_ps_cut(fn, what: str):
     count on the policy's clock as a step's do, so its watch thread ends
     the chief once the ps has been silent for the budget, even while an
     attempt is still blocked. Without tnet's policy (one process, or
-    TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES set) `fn` runs once."""
+    TF_COORDINATOR_IGNORE_TRANSIENT_PS_FAILURES set) `fn` runs once.
+
+    Args:
+      fn: a function of no arguments, safe to run again after a failure.
+      what: what it does, for the progress lines ("epoch 2's checkpoint").
+
+    Example:
+        ```python
+        path = tn.distribute.through_ps_cut(
+            lambda: tn.saving.save(model, "/ckpt"), "the final checkpoint")
+        ```
+    """
     from tensorflow.python.distribute.coordinator import (  # noqa: PLC0415
         cluster_coordinator as cc)
     if not getattr(cc.Cluster, "_tnet_policy", False):
@@ -430,7 +441,16 @@ def set_grpc_defaults() -> str:
 
 
 class ClusterConfigError(ValueError):
-    """TF_CONFIG is malformed or describes an unusable cluster."""
+    """TF_CONFIG is malformed or describes an unusable cluster.
+
+    Example:
+        ```python
+        try:
+            tn.distribute.parse_tf_config('{"cluster": {}}')
+        except tn.distribute.ClusterConfigError as e:
+            print(e)          # the reason and the fix, one line
+        ```
+    """
 
 
 def parse_tf_config(raw: Optional[str] = None) -> Optional[Dict[str, Any]]:
@@ -439,6 +459,20 @@ def parse_tf_config(raw: Optional[str] = None) -> Optional[Dict[str, Any]]:
     Returns None when TF_CONFIG is unset or empty. Raises ClusterConfigError
     with the reason and the fix for bad JSON, a missing cluster, a missing
     chief or ps job, an unknown task type, or an index out of range.
+
+    Args:
+      raw: a TF_CONFIG JSON string (default: the environment's TF_CONFIG).
+
+    Returns:
+      The parsed dict (`cluster`, `task`), or None.
+
+    Example:
+        ```python
+        config = tn.distribute.parse_tf_config(
+            '{"cluster": {"chief": ["h0:2222"], "ps": ["h1:2222"],'
+            ' "worker": ["h2:2222"]}, "task": {"type": "chief", "index": 0}}')
+        print(config["task"])        # {'type': 'chief', 'index': 0}
+        ```
     """
     raw = os.environ.get("TF_CONFIG", "") if raw is None else raw
     if not raw.strip():
@@ -502,6 +536,25 @@ def ParameterServerStrategy(variable_partitioner=None,  # noqa: N802
     The chief sets glibc's mmap threshold and top pad (`pin_mmap_threshold`):
     measured, 300 full saves from a chief grew it ~40 KB a save without the
     mmap pin and left it flat with it.
+
+    Args:
+      variable_partitioner: optional partitioner of large dense variables
+        over the ps tasks (None: each dense variable on one ps).
+      tf_config: a TF_CONFIG JSON string to use instead of the environment's.
+
+    Returns:
+      A `tf.distribute.ParameterServerStrategy` under a cluster, else the
+      default strategy.
+
+    Example:
+        ```python
+        strategy = tn.distribute.ParameterServerStrategy()
+        with strategy.scope():
+            model = tn.models.WideDeep(["user_id"], [], embedding_dim=8)
+            model.compile(tn.optimizer.Adagrad(0.05))
+        model.fit(tf.keras.utils.experimental.DatasetCreator(dataset_fn),
+                  epochs=2, steps_per_epoch=100)
+        ```
     """
     config = parse_tf_config(tf_config)
     if config is None:
@@ -545,7 +598,20 @@ def unreachable_tasks(config: Optional[Dict[str, Any]] = None,
 
 class LostTaskError(RuntimeError):
     """A ps task of the cluster died or is cut off; the job cannot go on
-    without it. `tasks` names them ("ps:1")."""
+    without it. `tasks` names them ("ps:1").
+
+    Args:
+      message: the line naming the lost task(s) and what a restart redoes.
+      tasks: the lost tasks, e.g. `("ps:1",)`.
+
+    Example:
+        ```python
+        try:
+            model.fit(data, epochs=3)
+        except tn.distribute.LostTaskError as e:
+            tn.distribute.exit_now(tn.distribute.EXIT_RESTART, str(e))
+        ```
+    """
 
     def __init__(self, message: str, tasks=()):
         super().__init__(message)
@@ -711,7 +777,20 @@ def exit_now(code: int, message: Optional[str] = None) -> None:
     or was cut off during the run (measured: 38 s once in 5 worker
     partitions). A chief program whose work is written (checkpoints,
     exports, summaries) has nothing left to clean up: `tnet.train` ends
-    with it under a cluster, and a program of your own can too."""
+    with it under a cluster, and a program of your own can too.
+
+    Args:
+      code: the exit status (0 done, `EXIT_RESTART` = 138 restart the
+        cluster, 2 bad flags, 4 bad input, 1 other errors).
+      message: a line for stderr, or None.
+
+    Example:
+        ```python
+        model.fit(data, epochs=3)
+        tn.saving.export_for_serving(model, "/export/1")
+        tn.distribute.exit_now(0)        # the chief's work is written
+        ```
+    """
     _exiting.acquire()
     if message is not None:
         try:
@@ -732,7 +811,17 @@ def is_parameter_server_strategy(strategy=None) -> bool:
 
 
 def num_ps(strategy=None) -> int:
-    """Number of ps tasks of the current strategy (0 in one process)."""
+    """Number of ps tasks of the current strategy (0 in one process).
+
+    Args:
+      strategy: a strategy (default: the current one, if any).
+
+    Example:
+        ```python
+        strategy = tn.distribute.ParameterServerStrategy()
+        print(tn.distribute.num_ps(strategy))    # 0 without TF_CONFIG
+        ```
+    """
     strategy = strategy or (tf.distribute.get_strategy()
                             if tf.distribute.has_strategy() else None)
     return int(getattr(getattr(strategy, "extended", None), "_num_ps", 0) or 0)

@@ -44,7 +44,21 @@ _STRING_KEY_BUCKETS = 2**63 - 1
 @dataclasses.dataclass(frozen=True)
 class CategoryColumn:
     """Unbounded categorical ids read from `features[key]`; `padding` is the
-    id value that means "no id" (default -1, or "" for strings)."""
+    id value that means "no id" (default -1, or "" for strings).
+
+    Args:
+      key: the feature's name in the features dict.
+      dtype: `tf.int64` or `tf.string` (strings are fingerprinted).
+      padding: the "no id" value of padded batches.
+
+    Build it with `category_column`.
+
+    Example:
+        ```python
+        col = tn.feature_column.category_column("user_id")
+        print(col.key, col.dtype.name, col.padding)    # user_id int64 -1
+        ```
+    """
 
     key: str
     dtype: tf.DType = tf.int64
@@ -60,18 +74,35 @@ class CategoryColumn:
 
     @property
     def is_sequence(self) -> bool:
+        """True for a `SequenceCategoryColumn`."""
         return False
 
 
 @dataclasses.dataclass(frozen=True)
 class SequenceCategoryColumn(CategoryColumn):
     """A behaviour sequence of ids (most recent last), truncated to
-    `max_length` keeping the most recent ids."""
+    `max_length` keeping the most recent ids.
+
+    Args:
+      key: the feature's name; ids `[B, L]` padded, ragged or sparse.
+      dtype: `tf.int64` or `tf.string`.
+      padding: the "no id" value of padded batches.
+      max_length: L, ids kept per example (the most recent).
+
+    Build it with `sequence_category_column`.
+
+    Example:
+        ```python
+        col = tn.feature_column.sequence_category_column("history", max_length=20)
+        print(col.max_length, col.is_sequence)        # 20 True
+        ```
+    """
 
     max_length: int = 50
 
     @property
     def is_sequence(self) -> bool:
+        """True: a sequence column keeps one vector per position."""
         return True
 
 
@@ -88,6 +119,27 @@ class EmbeddingColumn:
       sharing a table must agree.
     memory_budget_bytes / storage_dir: the table's disk tier (see
       tn.SparseTable); None: the layer's default (all rows in memory).
+
+    Args:
+      categorical_column: the ids (`category_column` or
+        `sequence_category_column`).
+      dimension: the width of a row.
+      combiner: "mean", "sum" or "sqrtn".
+      table: the table's name (None: the feature's name).
+      initializer: the rows' initializer.
+      min_count: admission threshold (None: the layer's).
+      max_rows: row cap (None: the layer's).
+      memory_budget_bytes: the disk tier's memory for rows.
+      storage_dir: the disk tier's directory.
+
+    Build it with `embedding_column`.
+
+    Example:
+        ```python
+        col = tn.feature_column.embedding_column(
+            tn.feature_column.category_column("user_id"), 16, table="user")
+        print(col.key, col.table_name, col.dimension)   # user_id user 16
+        ```
     """
 
     categorical_column: CategoryColumn
@@ -106,10 +158,12 @@ class EmbeddingColumn:
 
     @property
     def key(self) -> str:
+        """The feature's name (of the categorical column)."""
         return self.categorical_column.key
 
     @property
     def table_name(self) -> str:
+        """The table's name: `table`, or the feature's name."""
         return self.table or self.categorical_column.name
 
 
@@ -150,8 +204,27 @@ def _check_padding(key: str, dtype: tf.DType, padding: Any):
 
 def category_column(key: str, dtype: Any = tf.int64,
                     padding: Any = None) -> CategoryColumn:
-    """Ids of feature `key` (int64/int32, or tf.string to fingerprint).
-    `padding`: the value meaning "no id" (default -1, or "" for strings)."""
+    """Ids of feature `key`: one id, a set of ids, or padded ids per example.
+
+    Args:
+      key: the feature's name in the features dict.
+      dtype: `tf.int64` (or int32) ids are used as they are; `tf.string`
+        ids are fingerprinted to int64.
+      padding: the value meaning "no id" in a padded `[B, L]` batch
+        (default -1, or "" for strings); it never gets a row.
+
+    Returns:
+      A `CategoryColumn`, to embed with `embedding_column`. Ids may come
+      as `[B]`, `[B, 1]`, padded `[B, L]`, `tf.SparseTensor` or
+      `tf.RaggedTensor`.
+
+    Example:
+        ```python
+        user = tn.feature_column.category_column("user_id")
+        city = tn.feature_column.category_column("city", dtype=tf.string)
+        item = tn.feature_column.category_column("item_id", padding=0)  # 0: no id
+        ```
+    """
     _check_key(key, "category_column")
     dtype = _check_dtype(key, dtype)
     return CategoryColumn(key, dtype, _check_padding(key, dtype, padding))
@@ -160,8 +233,21 @@ def category_column(key: str, dtype: Any = tf.int64,
 def sequence_category_column(key: str, dtype: Any = tf.int64,
                              max_length: int = 50,
                              padding: Any = None) -> SequenceCategoryColumn:
-    """A sequence of ids per example; the last `max_length` are kept.
-    `padding` as for category_column."""
+    """A sequence of ids per example (most recent last), for
+    `tn.layers.SequenceEmbeddingFeatures`.
+
+    Args:
+      key: the feature's name in the features dict; ids `[B, L]` padded
+        with -1 (or ""), ragged or sparse.
+      dtype: `tf.int64` or `tf.string`.
+      max_length: ids kept per example: the most recent `max_length`.
+      padding: as for `category_column`.
+
+    Example:
+        ```python
+        history = tn.feature_column.sequence_category_column("history", max_length=20)
+        ```
+    """
     _check_key(key, "sequence_category_column")
     if not isinstance(max_length, int) or max_length < 1:
         raise ValueError(f"sequence_category_column {key!r}: max_length must "
@@ -206,7 +292,35 @@ def embedding_column(categorical_column: CategoryColumn, dimension: int,
                      max_rows: Optional[int] = None,
                      memory_budget_bytes: Optional[int] = None,
                      storage_dir: Optional[str] = None) -> EmbeddingColumn:
-    """Embeds `categorical_column`; see EmbeddingColumn."""
+    """Embeds `categorical_column` into `dimension` floats per id.
+
+    Args:
+      categorical_column: from `category_column` or
+        `sequence_category_column`.
+      dimension: the width of each row.
+      combiner: how the ids of one example reduce to one vector: "mean",
+        "sum" or "sqrtn" (padding never counts). Sequence columns keep one
+        vector per position.
+      table: the table's name; columns with the same name share one table
+        (the column is mixed into the key) and one lookup per step. None:
+        a table of its own, named after the feature.
+      initializer: the rows' initializer (default: zeros for dimension 1,
+        normal(0, 0.01) wider; see tn.SparseTable).
+      min_count: admission: shows an id needs before it gets a row (None:
+        the layer's default).
+      max_rows: the table's row cap (None: the layer's default).
+      memory_budget_bytes: a disk tier: bytes of rows kept in memory.
+      storage_dir: the disk tier's directory, local to each ps.
+
+    Returns:
+      An `EmbeddingColumn`, for `tn.layers.EmbeddingFeatures`.
+
+    Example:
+        ```python
+        col = tn.feature_column.embedding_column(
+            tn.feature_column.category_column("user_id"), 16, table="user")
+        ```
+    """
     if not isinstance(categorical_column, CategoryColumn):
         raise TypeError("embedding_column needs a tn.feature_column."
                         "category_column, got "

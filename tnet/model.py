@@ -458,7 +458,24 @@ class FunctionalModel(_TnetTraining, keras_functional.Functional):
     fed to an `Input(dtype=tf.int64)` would become truncated ids (2.7 ->
     2) and strings a raw cast error. For the Inputs that feed tnet id
     columns, both are refused with one line naming the feature (a check of
-    dtypes while tracing: nothing runs per step)."""
+    dtypes while tracing: nothing runs per step).
+
+    Args:
+      inputs: Keras `Input`s (a dict, list or one).
+      outputs: the output tensor(s).
+      name: the model's name.
+      trainable: as in Keras.
+      **kwargs: Keras model arguments.
+
+    Example:
+        ```python
+        inputs = {"user_id": tf.keras.Input(shape=(), dtype=tf.int64, name="user_id")}
+        x = tn.layers.EmbeddingFeatures([tn.feature_column.embedding_column(
+            tn.feature_column.category_column("user_id"), 8)])(inputs)
+        model = tn.Model(inputs, tf.keras.layers.Dense(1, "sigmoid")(x))
+        print(type(model).__name__)        # FunctionalModel
+        ```
+    """
 
     def _conform_to_reference_input(self, tensor, ref_input):
         want = getattr(ref_input, "dtype", None)

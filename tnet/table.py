@@ -386,7 +386,11 @@ class SparseTable(tf.Module):
 
     def shard_max_rows(self, shard: int) -> int:
         """Shard `shard`'s share of max_rows (0: unbounded); shares sum to
-        max_rows."""
+        max_rows.
+
+        Args:
+          shard: the shard index, 0 <= shard < num_shards.
+        """
         if not self.max_rows:
             return 0
         n = self.num_shards
@@ -399,7 +403,11 @@ class SparseTable(tf.Module):
 
     def route(self, keys) -> "RowRoute":
         """How the flat `keys` split over the shards: the one partition a
-        pull and the push of the same keys share (`pull_rows`)."""
+        pull and the push of the same keys share (`pull_rows`).
+
+        Args:
+          keys: int64 keys, any shape (flattened).
+        """
         keys = tf.reshape(self._keys(keys), [-1])
         if self.num_shards == 1:
             return RowRoute(keys)
@@ -414,7 +422,13 @@ class SparseTable(tf.Module):
         each key's count) with the keys grouped by shard, as
         (RowRoute, idx, counts): every shard's keys, rows, gradients and
         counts are then one slice each (no partition, gather or stitch by
-        position). For a one-shard table, the inputs as they are."""
+        position). For a one-shard table, the inputs as they are.
+
+        Args:
+          keys: `[U]` unique int64 keys.
+          idx: `[N]` int, each id's index into `keys`.
+          counts: `[U]` each key's count.
+        """
         keys = tf.reshape(self._keys(keys), [-1])
         if self.num_shards == 1:
             return RowRoute(keys), idx, counts
@@ -429,7 +443,12 @@ class SparseTable(tf.Module):
         RowBatch: rows [N, dim] plus the route they took, so `push_rows`
         sends the gradients back over the same partition without routing
         the keys again. One request per shard each way. keys: a tensor,
-        or the RowRoute of `shard_order`."""
+        or the RowRoute of `shard_order`.
+
+        Args:
+          keys: `[N]` unique int64 keys, or the RowRoute of `shard_order`.
+          training: True inserts missing keys; False reads zeros for them.
+        """
         route = keys if isinstance(keys, RowRoute) else self.route(keys)
         training = tf.convert_to_tensor(training, tf.bool)
         if route.parts is None:
@@ -451,6 +470,16 @@ class SparseTable(tf.Module):
 
         training=True inserts missing keys (initialized by key); otherwise
         missing keys read zeros and nothing is inserted.
+
+        Args:
+          keys: int64 keys (or ids of the table's key dtype), any shape.
+          training: insert missing keys (True) or read zeros (False).
+
+        Example:
+            ```python
+            table = tn.SparseTable("items", dim=4, optimizer=tn.optimizer.Adagrad(0.05))
+            rows = table.pull([[1, 2], [3, 4]], training=True)   # [2, 2, 4]
+            ```
         """
         keys = self._keys(keys)
         rows = self.pull_rows(keys, training).rows
@@ -465,6 +494,21 @@ class SparseTable(tf.Module):
         repeated key would then be updated once per occurrence).
         learning_rate: defaults to the optimizer's (a schedule is called with
         `step`). shows / clicks: optional per-key counts for the lifecycle.
+
+        Args:
+          keys: `[N]` int64 keys.
+          grads: `[N, dim]` float32 gradients of the rows.
+          learning_rate: a float (default: the optimizer's, or its schedule at
+            `step`).
+          step: the training step (last_step of the rows; schedules).
+          shows: `[N]` show counts, or None.
+          clicks: `[N]` click counts, or None.
+          unique_keys: True promises `keys` has no duplicates.
+
+        Example:
+            ```python
+            table.push([1, 2], grads=tf.ones([2, 4]), step=1)
+            ```
         """
         return self.push_rows(self.route(keys), grads,
                               learning_rate=learning_rate, step=step,
@@ -477,7 +521,17 @@ class SparseTable(tf.Module):
         the pull whose rows the gradients are for): the gradients, shows
         and clicks are split by the pull's partition, the keys not at all.
         learning_rate: resolved here once (the optimizer's, or its schedule
-        at `step`, when None)."""
+        at `step`, when None).
+
+        Args:
+          route: a RowRoute, or the RowBatch `pull_rows` returned.
+          grads: `[N, dim]` float32, in the route's key order.
+          learning_rate: as for `push`.
+          step: as for `push`.
+          shows: as for `push`.
+          clicks: as for `push`.
+          unique_keys: as for `push`.
+        """
         if isinstance(route, RowBatch):
             route = route.route
         grads = tf.convert_to_tensor(grads, tf.float32)
@@ -555,6 +609,7 @@ class SparseTable(tf.Module):
         return total
 
     def shard_sizes(self) -> list[tf.Tensor]:
+        """The number of rows of each shard, one int64 scalar tensor per shard."""
         return [_ops.sparse_table_size(s.resource_handle) for s in self.shards]
 
     def export_shard(self, shard: int, cursor=0, max_rows=1 << 20,
@@ -569,6 +624,21 @@ class SparseTable(tf.Module):
         weights_only: slots and meta come back with no columns, so a reader
         that drops them (the serving export, deltas) does not move them off
         the ps (for Adagrad rows of dim 16: 2x fewer bytes; Adam: 3x).
+
+        Args:
+          shard: the shard index.
+          cursor: where to start (0 first; then the returned next_cursor).
+          max_rows: at most this many rows per call.
+          since_step: see above.
+          weights_only: see above.
+
+        Example:
+            ```python
+            cursor = 0
+            while cursor != -1:
+                keys, weights, slots, meta, cursor = table.export_shard(0, cursor, 4096)
+                cursor = int(cursor)
+            ```
         """
         handle = self.shards[shard].resource_handle
         cursor = tf.cast(cursor, tf.int64)
@@ -588,7 +658,11 @@ class SparseTable(tf.Module):
         freed since and counts the changes such an export would miss.
         Returns [(generation, mark)] per shard (mark -1: not tracking).
         Incremental checkpoints call this after each save and restore;
-        see tnet/saving/checkpoint.py."""
+        see tnet/saving/checkpoint.py.
+
+        Args:
+          enable: start (True) or stop (False) tracking.
+        """
         out = []
         for s in self.shards:
             v = _shard_op(_ops.sparse_table_mark_changes, s.resource_handle,
@@ -633,7 +707,19 @@ class SparseTable(tf.Module):
         shard `shard` or every shard in order, through the export cursor:
         the one loop every reader of a whole table uses (checkpoints, the
         serving export, deltas). `since_step` and `weights_only` are
-        `export_shard`'s; a chunk may be empty."""
+        `export_shard`'s; a chunk may be empty.
+
+        Args:
+          shard: one shard, or None for all.
+          chunk_rows: rows per chunk at most.
+          since_step: as for `export_shard`.
+          weights_only: as for `export_shard`.
+
+        Example:
+            ```python
+            rows = sum(len(keys) for keys, _, _, _ in table.export_chunks())
+            ```
+        """
         for i in range(self.num_shards) if shard is None else [shard]:
             cursor = 0
             while cursor != -1:
@@ -653,7 +739,21 @@ class SparseTable(tf.Module):
         return tuple(tf.concat(list(col), 0) for col in zip(*parts))
 
     def import_rows(self, keys, weights, slots, meta):
-        """Inserts or overwrites rows, routing each key to its shard."""
+        """Inserts or overwrites rows, routing each key to its shard.
+
+        Args:
+          keys: `[N]` int64 keys.
+          weights: `[N, dim]` float32.
+          slots: `[N, num_slots * dim]` (or the row-wise width) float32, as
+            `export` returns them.
+          meta: `[N, 3]` float64 (show, click, last_step).
+
+        Example:
+            ```python
+            keys, weights, slots, meta = old_table.export()
+            new_table.import_rows(keys, weights, slots, meta)
+            ```
+        """
         keys = self._keys(keys)
         weights = tf.convert_to_tensor(weights, tf.float32)
         slots = tf.convert_to_tensor(slots, tf.float32)
@@ -681,7 +781,15 @@ class SparseTable(tf.Module):
         shard), as the rows of one exported shard do: a restore of a
         checkpoint with the same shard count skips import_rows' per-key
         partition this way. A key that routes elsewhere raises
-        InvalidArgument."""
+        InvalidArgument.
+
+        Args:
+          shard: the shard index.
+          keys: `[N]` int64 keys, all of that shard.
+          weights: as for `import_rows`.
+          slots: as for `import_rows`.
+          meta: as for `import_rows`.
+        """
         keys = self._keys(keys)
         if self.num_shards > 1:
             bad = tf.reduce_any(tf.not_equal(
@@ -719,7 +827,14 @@ class SparseTable(tf.Module):
         (eager): each key goes to the shard that owns it (any shard count);
         keys that have a row are skipped. counters: [n, 5] per saved shard;
         with the same number of shards each shard gets its own, otherwise
-        shard 0 gets their sums (stats() sums shards either way)."""
+        shard 0 gets their sums (stats() sums shards either way).
+
+        Args:
+          keys: int64 keys waiting for admission.
+          counts: their show counts.
+          ages: their ages in ticks.
+          counters: `[n, 5]` per-shard lifecycle counters, or None.
+        """
         keys = np.asarray(keys, np.int64).reshape(-1)
         counts = np.asarray(counts, np.float32).reshape(-1)
         ages = np.asarray(ages, np.int64).reshape(-1)
@@ -755,6 +870,19 @@ class SparseTable(tf.Module):
         into the holes so the arena releases whole chunks; it must not run
         while an export cursor is in flight (compact=False may). Returns the
         number of rows evicted.
+
+        Args:
+          show_decay_rate: multiplies every row's show count first.
+          show_threshold: rows below it are freed.
+          ttl_steps: rows not updated for more steps are freed (0: no TTL).
+          current_step: the step TTL counts from.
+          compact: move rows into the holes (see above).
+
+        Example:
+            ```python
+            freed = table.evict(show_decay_rate=0.98, show_threshold=1.0,
+                                ttl_steps=10_000, current_step=20_000)
+            ```
         """
         counts = []
         for s in self.shards:

@@ -117,15 +117,21 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
     # --------------------------------------------------------------- config
     @property
     def columns(self) -> List[fc.EmbeddingColumn]:
+        """The embedding columns, in output order."""
         return list(self._columns)
 
     @property
     def output_dim(self) -> int:
+        """Width of the output: the sum of the columns' dimensions."""
         return sum(c.dimension for c in self._columns)
 
     def attach_model_optimizer(self, optimizer) -> None:
         """Called by tn.Model.compile: the model's optimizer becomes this
-        layer's in-table rule unless the layer has its own."""
+        layer's in-table rule unless the layer has its own.
+
+        Args:
+          optimizer: the model's optimizer (a tnet or stock Keras optimizer).
+        """
         if self._own_optimizer is not None:
             return
         rule = keras_opt.sparse_rule_of(optimizer)

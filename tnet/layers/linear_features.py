@@ -20,6 +20,24 @@ class LinearFeatures(EmbeddingFeatures):
     sparse.WIDE_FTRL_INITIAL_ACCUMULATOR_VALUE (1e-3, not Keras' 0.1: a
     rare id's weight moves in its first examples); pass `optimizer=` to
     change it (`sparse.Ftrl(0.2)` for Keras' start). Weights start at 0.
+
+    Args:
+      columns: `tn.feature_column.category_column`s (or embedding columns,
+        whose categorical columns are used).
+      optimizer: the in-table rule (default: FTRL, learning rate 0.2,
+        accumulators from 1e-3).
+      table: the shared table's name (default: the layer's name).
+      use_bias: add a learned bias.
+      **kwargs: Keras layer arguments (`name`, ...).
+
+    Call:
+      `layer(features, training=False)` -> `[B, 1]` float32.
+
+    Example:
+        ```python
+        wide = tn.layers.LinearFeatures([tn.feature_column.category_column("user_id")])
+        logits = wide({"user_id": tf.constant([1, 2, 3])})   # [3, 1]
+        ```
     """
 
     def __init__(self, columns: Sequence[Any], optimizer: Any = None,

@@ -31,6 +31,12 @@ class SequencePooling(tf_keras.layers.Layer):
 
     Call:
       `layer(sequence [B, L, d], lengths [B], query=None)` -> `[B, d]`.
+
+    Example:
+        ```python
+        pool = tn.layers.SequencePooling("mean", dim=8, max_length=5)
+        out = pool(tf.ones([2, 5, 8]), tf.constant([3, 0]))   # [2, 8]; 0 ids: zeros
+        ```
     """
 
     def __init__(self, pooling: str, dim: int, max_length: int, **kwargs):
@@ -165,7 +171,13 @@ class SequenceEmbeddingFeatures(EmbeddingFeatures):
 
     def pool(self, sequence: tf.Tensor, lengths: tf.Tensor,
              query: Optional[tf.Tensor] = None) -> tf.Tensor:
-        """[B, L, d] left-aligned sequences + lengths -> [B, d]."""
+        """[B, L, d] left-aligned sequences + lengths -> [B, d].
+
+        Args:
+          sequence: `[B, L, d]` float32, left-aligned.
+          lengths: `[B]` int, the valid positions of each row.
+          query: `[B, q]` for attention pooling (None for mean).
+        """
         return self.pooler(sequence, lengths, query=query)
 
     def compute_output_shape(self, input_shape):

@@ -36,6 +36,14 @@ class CTRModel(Model):
         progress bar shows them). Evaluation always computes them. Off, a
         step skips the AUC bookkeeping (200 thresholds per example), which
         is what benchmarks against metric-less stock models use.
+
+    Example:
+        ```python
+        model = tn.models.WideDeep(["user_id", "ad_id"], ["price"], embedding_dim=8)
+        model.compile(tn.optimizer.Adagrad(0.05))
+        model.fit(data, epochs=1)
+        print(model.evaluate_exact(holdout))   # {'auc': ..., 'logloss': ..., ...}
+        ```
     """
 
     # What `call` returns, hence what an export's "prediction" holds.
@@ -74,7 +82,14 @@ class CTRModel(Model):
                      Calibration(name="calibration")])
 
     def dense_input(self, features: Dict[str, Any]) -> Optional[tf.Tensor]:
-        """[B, len(dense)] float32 from the dense feature names."""
+        """[B, len(dense)] float32 from the dense feature names.
+
+        Args:
+          features: the features dict (each dense feature `[B]` or `[B, 1]`).
+
+        Returns:
+          `[B, len(dense)]` float32, or None without dense features.
+        """
         if not self.dense_names:
             return None
         missing = [n for n in self.dense_names if n not in features]
@@ -85,6 +100,15 @@ class CTRModel(Model):
                          for n in self.dense_names], axis=1)
 
     def logits(self, features: Dict[str, Any], training: bool) -> tf.Tensor:
+        """The model's logits (a subclass builds them from its layers).
+
+        Args:
+          features: the features dict.
+          training: as in Keras (tables insert new ids only when training).
+
+        Returns:
+          `[B, 1]` float32 logits; `call` applies the sigmoid.
+        """
         raise NotImplementedError
 
     def call(self, features, training=False):
@@ -113,6 +137,16 @@ class CTRModel(Model):
         gauc = the impression-weighted mean AUC of the groups that have
         both clicks and non-clicks (`gauc_groups` of them). Sample weights
         are ignored (every example counts once).
+
+        Args:
+          dataset: (features, labels) batches.
+          max_batches: stop after this many batches (None: all).
+          group_key: a feature of the dataset for group AUC, or None.
+
+        Example:
+            ```python
+            print(model.evaluate_exact(holdout, group_key="user_id"))
+            ```
         """
         import numpy as np  # noqa: PLC0415
         from tnet.data.metrics import auc, calibration, group_auc  # noqa: PLC0415

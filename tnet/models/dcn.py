@@ -46,6 +46,15 @@ class DCN(CTRModel):
         self.deep = mlp(hidden_units, "deep")
 
     def logits(self, features, training):
+        """DCN's logits (before the sigmoid).
+
+        Args:
+          features: the features dict.
+          training: as in Keras.
+
+        Returns:
+          `[B, 1]` float32 logits.
+        """
         x0 = self.embeddings(features, training=training)
         dense = self.dense_input(features)
         if dense is not None:

@@ -47,6 +47,15 @@ class DeepFM(CTRModel):
         self.deep = mlp(hidden_units, "deep")
 
     def logits(self, features, training):
+        """DeepFM's logits (before the sigmoid).
+
+        Args:
+          features: the features dict.
+          training: as in Keras.
+
+        Returns:
+          `[B, 1]` float32 logits.
+        """
         flat = self.embeddings(features, training=training)
         v = tf.reshape(flat, [-1, len(self.categorical), self.embedding_dim])
         fm = 0.5 * tf.reduce_sum(

@@ -95,6 +95,18 @@ class TwoTower(Model):
         Embedding default uniform +-0.05, with which the normalized towers
         train as the stock model's do (see EMBEDDING_INITIALIZER). None:
         tnet's table default, normal(0, 0.01).
+
+    Example:
+        ```python
+        data = tn.data.load_movielens("../shared/data/movielens", history_max_length=20)
+        model = tn.models.TwoTower(user_features=tn.data.movielens.USER_FEATURES,
+                                   history_max_length=20)
+        model.compile(tn.optimizer.Adagrad(0.1))
+        model.fit(tn.data.movielens_dataset(data.train, 1024), epochs=3)
+        print(model.evaluate_exact(tn.data.movielens_dataset(data.test, 4096),
+                                   data.items))   # recall_at_10/50/100
+        tn.saving.export_for_serving(model, "/export/1", candidates=data.items, k=100)
+        ```
     """
 
     def __init__(self, user_id: str = "user_id",
@@ -165,7 +177,16 @@ class TwoTower(Model):
                      training: bool = False) -> tf.Tensor:
         """The query tower's input: [user id emb, user feature embs,
         pooled history]. Exposed so cold start can be checked piece by
-        piece (the id part is the first `embedding_dim` columns)."""
+        piece (the id part is the first `embedding_dim` columns).
+
+        Args:
+          features: the query features (user id, user features, history).
+          training: as in Keras.
+
+        Returns:
+          `[B, embedding_dim * (1 + len(user_features)) (+ embedding_dim with a
+          history)]` float32.
+        """
         user = self.user_embeddings(features, training=training)
         parts = [user]
         if self.history_embeddings is not None:
@@ -175,13 +196,23 @@ class TwoTower(Model):
         return tf.concat(parts, axis=1) if len(parts) > 1 else user
 
     def query_embedding(self, features, training: bool = False) -> tf.Tensor:
-        """[B, output_dim] query vectors from raw query features."""
+        """[B, output_dim] query vectors from raw query features.
+
+        Args:
+          features: the query features.
+          training: as in Keras.
+        """
         return self._finish(self.query_tower(
             self.query_inputs(features, training), training=training))
 
     def candidate_embedding(self, features, training: bool = False
                             ) -> tf.Tensor:
-        """[B, output_dim] candidate vectors from raw item features."""
+        """[B, output_dim] candidate vectors from raw item features.
+
+        Args:
+          features: the candidate features (item id, item features).
+          training: as in Keras.
+        """
         return self._finish(self.candidate_tower(
             self.item_embeddings(features, training=training),
             training=training))
@@ -216,19 +247,32 @@ class TwoTower(Model):
 
     # ---------------------------------------------------------- retrieval
     def query_feature_names(self):
+        """The names of the query tower's features (user id, user features, history)."""
         names = [self.user_id] + self.user_feature_names
         if self.history_name is not None:
             names.append(self.history_name)
         return names
 
     def candidate_feature_names(self):
+        """The names of the candidate tower's features (item id, item features)."""
         return [self.item_id] + self.item_feature_names
 
     def candidate_index(self, candidates: Mapping[str, Any],
                         batch_size: int = 4096
                         ) -> tfrs.layers.factorized_top_k.BruteForce:
         """A BruteForce index over every candidate (ids = item ids),
-        embedded in inference mode, in this process."""
+        embedded in inference mode, in this process.
+
+        Args:
+          candidates: {feature: array [N, ...]} of every candidate (e.g.
+            `MovieLens.items`).
+          batch_size: candidates embedded per call.
+
+        Example:
+            ```python
+            scores, ids = model.candidate_index(data.items)(model.query_embedding(queries), k=10)
+            ```
+        """
         ids, emb = self.embed_candidates(candidates, batch_size)
         index = tfrs.layers.factorized_top_k.BruteForce(k=max(self.ks))
         index.index(tf.constant(emb), tf.constant(ids))
@@ -236,7 +280,12 @@ class TwoTower(Model):
 
     def embed_candidates(self, candidates: Mapping[str, Any],
                          batch_size: int = 4096):
-        """(ids [N] int64, embeddings [N, output_dim] float32) in numpy."""
+        """(ids [N] int64, embeddings [N, output_dim] float32) in numpy.
+
+        Args:
+          candidates: {feature: array [N, ...]} of every candidate.
+          batch_size: candidates embedded per call.
+        """
         names = self.candidate_feature_names()
         missing = [n for n in names if n not in candidates]
         if missing:
@@ -266,6 +315,14 @@ class TwoTower(Model):
         Runs in this process (the chief under ParameterServerStrategy),
         pulling in inference mode, so unseen ids read zeros and no row is
         created.
+
+        Args:
+          dataset: batches of examples (features dicts, or (features, _)).
+          candidates: {feature: array [N, ...]} of every candidate.
+          max_batches: stop after this many batches (None: all).
+
+        Returns:
+          {"recall_at_<k>": float for each k of `ks`, "examples": int}.
         """
         index = self.candidate_index(candidates)
         metric = tfrs.metrics.FactorizedTopK(candidates=index, ks=self.ks)

@@ -43,6 +43,15 @@ class WideDeep(CTRModel):
         self.deep = mlp(hidden_units, "deep")
 
     def logits(self, features, training):
+        """WideDeep's logits (before the sigmoid).
+
+        Args:
+          features: the features dict.
+          training: as in Keras.
+
+        Returns:
+          `[B, 1]` float32 logits.
+        """
         deep_in = self.embeddings(features, training=training)
         dense = self.dense_input(features)
         if dense is not None:  # read as their concat (ConcatDense)

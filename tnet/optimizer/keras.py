@@ -62,7 +62,16 @@ def _row_accumulator(initial_accumulator_value, row_initial_accumulator_value):
 
 
 def by_name(name: str):
-    """The tnet Keras optimizer class whose in-table rule is `name`."""
+    """The tnet Keras optimizer class whose in-table rule is `name`.
+
+    Args:
+      name: a rule name: "sgd", "adagrad", "rowwise_adagrad", "adam", "ftrl".
+
+    Example:
+        ```python
+        opt = tn.optimizer.by_name("adagrad")(0.05)     # tn.optimizer.Adagrad
+        ```
+    """
     if name not in _BY_RULE:
         raise ValueError(f"no tnet optimizer for rule {name!r}; use one of "
                          f"{names()}")
@@ -70,7 +79,13 @@ def by_name(name: str):
 
 
 def names() -> list[str]:
-    """Rule names that have a tnet Keras optimizer (train.py's --optimizer)."""
+    """Rule names that have a tnet Keras optimizer (train.py's --optimizer).
+
+    Example:
+        ```python
+        print(tn.optimizer.names())   # ['sgd', 'adagrad', 'rowwise_adagrad', 'adam', 'ftrl']
+        ```
+    """
     return list(_BY_RULE)
 
 
@@ -156,6 +171,13 @@ class RowwiseAdagrad(Adagrad):
         ```python
         model.compile(tn.optimizer.RowwiseAdagrad(0.05), loss="binary_crossentropy")
         ```
+
+    Args:
+      learning_rate: for both (a float or a Keras schedule).
+      initial_accumulator_value: dense accumulators' start (Keras' 0.1).
+      epsilon: as in Keras.
+      row_initial_accumulator_value: table rows' start (see Adagrad).
+      **kwargs: Keras optimizer arguments.
     """
 
     rule_class = sparse.RowwiseAdagrad
@@ -235,7 +257,21 @@ def _float_or_schedule(learning_rate):
 
 def sparse_rule_of(optimizer) -> sparse.SparseRule:
     """The in-table rule for a tnet optimizer, a rule, a name, or a stock
-    tf_keras optimizer (mapped by type with its hyperparameters)."""
+    tf_keras optimizer (mapped by type with its hyperparameters).
+
+    Args:
+      optimizer: a tnet optimizer, a `tn.optimizer.sparse` rule, a rule name,
+        or a stock `tf_keras` optimizer.
+
+    Returns:
+      A `tn.optimizer.sparse.SparseRule`.
+
+    Example:
+        ```python
+        rule = tn.optimizer.sparse_rule_of(tf.keras.optimizers.Adagrad(0.05))
+        print(type(rule).__name__)     # Adagrad: the in-table rule it maps to
+        ```
+    """
     if optimizer is None or isinstance(optimizer, (str, sparse.SparseRule)):
         return sparse.get(optimizer)
     rule = getattr(optimizer, "sparse_rule", None)
