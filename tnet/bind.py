@@ -139,6 +139,17 @@ def ensure(argv: Optional[List[str]] = None) -> None:
     tf.distribute.Server starts). Returns without doing anything when no
     preload is needed or the library is already loaded; exits with status 2
     on a BindError.
+
+    Args:
+      argv: the command line to re-execute (default: this process's).
+
+    Example:
+        ```python
+        # my_chief.py, run with its TF_CONFIG:
+        import tnet as tn
+        tn.bind.ensure()                    # first: keep ports on TF_CONFIG's host
+        strategy = tn.distribute.ParameterServerStrategy()
+        ```
     """
     try:
         extra = bind_environment()

@@ -37,7 +37,24 @@ def recount_steps(model, expected: int) -> int:
     or of a `fit`), so the count, and every checkpoint step, epoch and
     batch derived from it, stays the steps scheduled. The one home of this
     correction: `Checkpoint` calls it at every epoch end, `python -m
-    tnet.train --days` after each day's `fit`."""
+    tnet.train --days` after each day's `fit`.
+
+    Args:
+      model: the `tn.Model` being trained.
+      expected: the step count `fit` should have reached.
+
+    Returns:
+      The step count, set to `expected` when a re-run step counted twice.
+
+    Example:
+        ```python
+        steps = 0
+        for day in days:
+            model.fit(read(day), steps_per_epoch=100)
+            steps += 100
+            tn.callbacks.recount_steps(model, steps)
+        ```
+    """
     actual = int(model.optimizer.iterations.numpy())
     expected = int(expected)
     if actual <= expected:
@@ -312,6 +329,25 @@ class StreamCheckpoint(Checkpoint):
 
     One process, `steps_per_execution=1` (a step must end on each file
     boundary). Other arguments as `Checkpoint`'s.
+
+    Args:
+      directory: where checkpoints go.
+      stream: the `tn.data.FileStream` (or the `stream_dataset`) being
+        trained; its ledger of trained files is saved with the tables.
+      every_n_files: checkpoint after this many trained files.
+      every_seconds: checkpoint at most this often.
+      keep: checkpoints kept (None: all).
+      incremental: write deltas on top of the newest full checkpoint.
+      full_every: with `incremental`, a full checkpoint every N.
+      verbose: 1 logs each save.
+      maintenance: a `TableMaintenance` run before each save.
+
+    Example:
+        ```python
+        data = tn.data.stream_dataset(spec, "/landing/*.tfrecord.gz", "tfrecord", 512)
+        model.fit(data, callbacks=[tn.callbacks.StreamCheckpoint(
+            "/ckpt", data.stream, every_n_files=10)])
+        ```
     """
 
     def __init__(self, directory: str, stream, every_n_files: Optional[int] = None,
@@ -556,6 +592,10 @@ class TableMaintenance(tf_keras.callbacks.Callback):
 
         A second run at the same step (e.g. the epoch-end run and a
         Checkpoint's pre-save run) is skipped, so shows decay once a step.
+
+        Args:
+          model: the model whose tables are maintained.
+          step: the current step (default: the optimizer's iterations).
         """
         step = _iterations(model) if step is None else int(step)
         if step == self._last_run_step:
@@ -650,6 +690,15 @@ class PublishDeltas(tf_keras.callbacks.Callback):
             tn.callbacks.Checkpoint("/ckpt", every_n_steps=1000, incremental=True),
             tn.callbacks.PublishDeltas("/models/ranker/1", every_seconds=60)])
         ```
+
+    Args:
+      export_dir: the updatable export (`/models/ranker/1`) or its base path.
+      every_n_steps: publish every N steps (None: not by steps).
+      every_seconds: publish every S seconds (None: not by time).
+      at_train_end: also publish when `fit` ends.
+      compact_at: see above.
+      rotate_update_key: see above.
+      stream: see above.
     """
 
     def __init__(self, export_dir: str, every_n_steps: Optional[int] = None,

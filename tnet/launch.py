@@ -263,6 +263,28 @@ class LocalCluster:
     called with every line and `log` gets a copy of them. `restarts`,
     `cluster` and `task_prefix` are `run`'s (`pids` holds the newest
     process of each task).
+
+    Args:
+      ps: ps tasks.
+      workers: worker tasks.
+      command: the chief's command line.
+      timeout: seconds before everything is stopped (None: none).
+      cwd: the tasks' working directory.
+      env: extra environment of every task.
+      pythonpath: prepended to every task's PYTHONPATH.
+      on_line: called with every output line.
+      log: a file every output line is written to.
+      restarts: `--restarts` of the launcher.
+      cluster: given addresses instead of free ports on 127.0.0.1.
+      task_prefix: a command prefix for every task.
+
+    Example:
+        ```python
+        from tnet.launch import LocalCluster
+        with LocalCluster(2, 2, [sys.executable, "job.py"]) as cluster:
+            cluster.read_until(r"epoch 1", timeout=300)
+            print(cluster.wait(600))        # the chief's exit status
+        ```
     """
 
     def __init__(self, ps: int, workers: int, command: List[str], *,
@@ -322,7 +344,15 @@ class LocalCluster:
     def read_until(self, pattern: str, timeout: float) -> Optional[str]:
         """The next output line (after the last one this returned) matching
         `pattern` (a regex), waiting up to `timeout` s; None on timeout or
-        when the launcher has exited without printing one."""
+        when the launcher has exited without printing one.
+
+        Args:
+          pattern: a regular expression.
+          timeout: seconds to wait.
+
+        Returns:
+          The first line matching, or None after `timeout`.
+        """
         regex = re.compile(pattern)
         deadline = time.monotonic() + timeout
         with self._changed:
@@ -338,7 +368,11 @@ class LocalCluster:
                 self._changed.wait(min(left, 1.0))
 
     def wait(self, timeout: Optional[float] = None) -> int:
-        """The launcher's exit status; SIGKILLs everything on timeout."""
+        """The launcher's exit status; SIGKILLs everything on timeout.
+
+        Args:
+          timeout: seconds (None: the cluster's own timeout).
+        """
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -348,7 +382,11 @@ class LocalCluster:
 
     def stop(self, grace: float = 60.0) -> None:
         """SIGTERM to the launcher (it stops its tasks, up to 10 s each), then
-        SIGKILL to its process group if it is still there after `grace`."""
+        SIGKILL to its process group if it is still there after `grace`.
+
+        Args:
+          grace: seconds between SIGTERM and SIGKILL.
+        """
         if self.proc.poll() is not None:
             return
         try:
@@ -362,7 +400,11 @@ class LocalCluster:
 
     def kill_all(self, settle: float = 10.0) -> List[str]:
         """SIGKILLs the launcher and every task it started; returns the
-        tasks still running after `settle` seconds (none, normally)."""
+        tasks still running after `settle` seconds (none, normally).
+
+        Args:
+          settle: seconds to wait for the processes to go.
+        """
         for pid in [self.proc.pid] + list(self.pids.values()):
             _killpg(pid)
         self.proc.wait()

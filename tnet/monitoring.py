@@ -42,7 +42,20 @@ BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, 300, 600,
 
 class TrainerMetrics:
     """The metrics of a trainer reading `stream` (a tn.data.FileStream, or
-    None for a trainer without one), in their own registry."""
+    None for a trainer without one), in their own registry.
+
+    Args:
+      stream: the `tn.data.FileStream` trained, or None.
+      registry: a prometheus_client registry (default: a new one).
+
+    Example:
+        ```python
+        data = tn.data.stream_dataset(spec, "/landing/", "tfrecord", 512)
+        metrics = tn.monitoring.TrainerMetrics(data.stream)
+        port = metrics.serve(9100)
+        model.fit(data, callbacks=[metrics.callback()])
+        ```
+    """
 
     def __init__(self, stream=None, registry=None):
         import prometheus_client as pc  # noqa: PLC0415
@@ -70,18 +83,29 @@ class TrainerMetrics:
             stream.on_consume = consumed
 
     def observe_file(self, entry: dict) -> None:
+        """Records a trained file's freshness (the stream calls it).
+
+        Args:
+          entry: the stream's ledger entry of a trained file.
+        """
         if entry.get("status") == "ok" and entry.get("mtime"):
             self.freshness.observe(max(0.0, entry["consumed_unix"]
                                        - entry["mtime"]))
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> int:
-        """Serves /metrics on `port` (0: any free port); returns the port."""
+        """Serves /metrics on `port` (0: any free port); returns the port.
+
+        Args:
+          port: the port (0: any free one).
+          addr: the address to listen on.
+        """
         server, _ = self._pc.start_http_server(port, addr=addr,
                                                registry=self.registry)
         self.server = server
         return server.server_port
 
     def close(self) -> None:
+        """Stops serving /metrics."""
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
@@ -94,7 +118,13 @@ class TrainerMetrics:
     def callback(self, checkpoint=None, publisher=None,
                  rows_every_seconds: float = 5.0) -> tf_keras.callbacks.Callback:
         """A Keras callback that keeps the step, the checkpoint and publish
-        times and the table rows current (one process)."""
+        times and the table rows current (one process).
+
+        Args:
+          checkpoint: the checkpoint callback whose saves are timed, or None.
+          publisher: the `PublishDeltas` callback whose publishes are timed, or None.
+          rows_every_seconds: how often the table sizes are read.
+        """
         return _Updater(self, checkpoint, publisher, rows_every_seconds)
 
 

@@ -98,6 +98,17 @@ class ReadStats:
     not allow creating variables there). Under ParameterServerStrategy leave
     `stats=None`: each worker still logs its first malformed rows to stderr.
     Counts are per read: a bad row read in two epochs is counted twice.
+
+    Args:
+      max_examples: bad rows kept as examples for the log.
+
+    Example:
+        ```python
+        stats = tn.data.ReadStats()
+        ds = spec.dataset("data/*.csv", "csv", 256, bad_rows="skip", stats=stats)
+        model.fit(ds)
+        stats.log()          # how many rows each file skipped
+        ```
     """
 
     def __init__(self, max_examples: int = 5):
@@ -140,6 +151,7 @@ class ReadStats:
         return [s.decode("utf-8", "replace") for s in self._examples.numpy()[:n]]
 
     def reset(self) -> None:
+        """Forgets every count and example (for a new pass)."""
         for v in (self._lines, self._rows, self._skipped, self._num_examples):
             v.assign(0)
         self._examples.assign(tf.constant([""] * self.max_examples, tf.string))
@@ -152,7 +164,11 @@ class ReadStats:
         return text
 
     def log(self, logger: logging.Logger = _logger) -> None:
-        """Log `summary()` as a warning if rows were skipped, else as info."""
+        """Log `summary()` as a warning if rows were skipped, else as info.
+
+        Args:
+          logger: where the lines go (default: the "tnet.data" logger).
+        """
         level = logging.WARNING if self.skipped else logging.INFO
         logger.log(level, "%s", self.summary())
 

@@ -104,6 +104,27 @@ def avazu_dataset(paths: PathLike | Sequence[PathLike], batch_size: int, *,
     `click` column) and yields features only. Each file must start with the
     header line. Other arguments are those of `tnet.data.criteo_dataset`
     (bad-row policy, shuffling, skip/take by data line, sharding, stats).
+
+    Args:
+      paths: a file, a glob pattern, or a list of them (read in order).
+      batch_size: rows per batch (per input pipeline).
+      labeled: False reads the test files (features only).
+      bad_rows: "fail" or "skip" (as in `criteo_dataset`).
+      shuffle_buffer: lines permuted per window (as in `criteo_dataset`).
+      num_epochs: passes; None or -1 repeats forever.
+      skip: data lines skipped first.
+      take: data lines read after `skip` (-1: all).
+      seed: the shuffle seed.
+      drop_remainder: drop the last partial batch.
+      input_context: shards the input per pipeline.
+      stats: a `ReadStats` counting rows and skipped rows.
+      log_limit: skipped rows logged one by one at most.
+
+    Example:
+        ```python
+        ds = tn.data.avazu_dataset("avazu/train.csv", 512, shuffle_buffer=10_000)
+        model = tn.models.WideDeep(tn.data.AVAZU_CAT_COLUMNS, [])
+        ```
     """
     return read_rows(AVAZU_CSV if labeled else AVAZU_CSV_UNLABELED, paths, batch_size,
                      bad_rows=bad_rows, shuffle_buffer=shuffle_buffer,

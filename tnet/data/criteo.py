@@ -141,6 +141,14 @@ def criteo_dataset(paths: PathLike | Sequence[PathLike], batch_size: int, *,
     Lines may end in LF or CRLF; a missing final newline is fine. An empty
     line is malformed. Rows are validated in the graph, so the pipeline runs
     in a ParameterServerStrategy `dataset_fn` (stats must then stay None).
+
+    Example:
+        ```python
+        train = tn.data.criteo_dataset("criteo/train.tsv", 512, take=8000,
+                                       shuffle_buffer=10_000, seed=0)
+        holdout = tn.data.criteo_dataset("criteo/train.tsv", 4096, skip=8000)
+        model = tn.models.WideDeep(tn.data.CRITEO_CAT_COLUMNS, tn.data.CRITEO_INT_COLUMNS)
+        ```
     """
     fmt = CRITEO_TSV if labeled else CRITEO_TSV_UNLABELED
     return read_rows(fmt, paths, batch_size, bad_rows=bad_rows,
@@ -160,6 +168,25 @@ def criteo_csv_dataset(paths: PathLike | Sequence[PathLike], batch_size: int, *,
 
     Dense fields may be written as floats (`260.0`); output and arguments are
     those of `criteo_dataset`. Each file's first line must be the header.
+
+    Args:
+      paths: a file, a glob pattern, or a list of them (read in order).
+      batch_size: rows per batch (per input pipeline).
+      bad_rows: "fail" or "skip" (as in `criteo_dataset`).
+      shuffle_buffer: lines permuted per window (as in `criteo_dataset`).
+      num_epochs: passes; None or -1 repeats forever.
+      skip: data lines skipped first.
+      take: data lines read after `skip` (-1: all).
+      seed: the shuffle seed.
+      drop_remainder: drop the last partial batch.
+      input_context: shards the input per pipeline.
+      stats: a `ReadStats` counting rows and skipped rows.
+      log_limit: skipped rows logged one by one at most.
+
+    Example:
+        ```python
+        ds = tn.data.criteo_csv_dataset("criteo_sample.csv", 256)
+        ```
     """
     return read_rows(CRITEO_CSV, paths, batch_size, bad_rows=bad_rows,
                      shuffle_buffer=shuffle_buffer, num_epochs=num_epochs, skip=skip,

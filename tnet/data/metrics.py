@@ -15,6 +15,15 @@ def auc(labels, scores) -> float:
     Ties in `scores` get their average rank (they count one half), which is
     what the trapezoidal ROC area gives. `labels` are 0/1 (or bool); raises
     ValueError when only one class is present.
+
+    Args:
+      labels: `[N]` 0/1.
+      scores: `[N]` floats (any monotone score: logits or probabilities).
+
+    Example:
+        ```python
+        print(tn.data.auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]))   # 0.75
+        ```
     """
     y = np.asarray(labels).reshape(-1).astype(bool)
     s = np.asarray(scores, dtype=np.float64).reshape(-1)
@@ -35,7 +44,18 @@ def auc(labels, scores) -> float:
 
 def calibration(labels, probabilities, weights=None) -> float:
     """Predicted CTR / observed CTR ("COPC" inverted: 1.0 is calibrated,
-    > 1 over-predicts): sum(w * p) / sum(w * y). NaN when no positives."""
+    > 1 over-predicts): sum(w * p) / sum(w * y). NaN when no positives.
+
+    Args:
+      labels: `[N]` 0/1 (or floats in [0, 1]).
+      probabilities: `[N]` predicted probabilities.
+      weights: `[N]` example weights, or None.
+
+    Example:
+        ```python
+        print(tn.data.calibration([0, 1, 1, 0], [0.2, 0.6, 0.8, 0.4]))   # 1.0
+        ```
+    """
     y = np.asarray(labels, dtype=np.float64).reshape(-1)
     p = np.asarray(probabilities, dtype=np.float64).reshape(-1)
     w = np.ones_like(y) if weights is None else np.asarray(weights, np.float64).reshape(-1)
@@ -50,6 +70,20 @@ def group_auc(labels, scores, groups) -> tuple[float, int]:
 
     Vectorized (one lexsort): ranks are taken within each group, ties in
     score within a group get their average rank, as in `auc`.
+
+    Args:
+      labels: `[N]` 0/1.
+      scores: `[N]` floats.
+      groups: `[N]` group keys (e.g. user ids).
+
+    Returns:
+      (group AUC, number of groups that counted).
+
+    Example:
+        ```python
+        gauc, groups = tn.data.group_auc([0, 1, 0, 1], [0.2, 0.9, 0.7, 0.3],
+                                         ["a", "a", "b", "b"])   # (0.5, 2)
+        ```
     """
     y = np.asarray(labels).reshape(-1).astype(bool)
     s = np.asarray(scores, dtype=np.float64).reshape(-1)

@@ -67,6 +67,19 @@ class MovieLens:
     items: the same candidate features (item_id, genres, item_prob) for
       every item of the catalogue: what top-K retrieval ranks.
     item_counts: {item id: training interactions}.
+
+    Args:
+      train: the training examples.
+      test: the held-out examples.
+      items: every candidate's features.
+      item_counts: training interactions per item.
+      history_max_length: L of the histories.
+
+    Example:
+        ```python
+        data = tn.data.load_movielens("../shared/data/movielens", 20)
+        print(len(data.train["item_id"]), len(data.items["item_id"]))   # 90570 1682
+        ```
     """
 
     train: Examples
@@ -76,7 +89,11 @@ class MovieLens:
     history_max_length: int
 
     def user_features(self, user_ids) -> Examples:
-        """The query features (no history) of the given users."""
+        """The query features (no history) of the given users.
+
+        Args:
+          user_ids: `[N]` int user ids.
+        """
         ids = np.asarray(user_ids, np.int64)
         out = {"user_id": ids}
         for name in USER_FEATURES:
@@ -197,7 +214,18 @@ def _examples(ratings, history, users, genres, probs) -> Examples:
 def load_movielens(data_dir: str, history_max_length: int = 50,
                    causal_test_history: bool = True) -> MovieLens:
     """Reads ua.base / ua.test and the user and item files; see the module
-    docstring for the history rules."""
+    docstring for the history rules.
+
+    Args:
+      data_dir: the directory of the four files.
+      history_max_length: ids kept per history (the most recent).
+      causal_test_history: a test example's history stops at its time.
+
+    Example:
+        ```python
+        data = tn.data.load_movielens("../shared/data/movielens", history_max_length=20)
+        ```
+    """
     paths = {n: os.path.join(data_dir, n)
              for n in (BASE_FILE, TEST_FILE, USER_FILE, ITEM_FILE)}
     missing = [p for p in paths.values() if not os.path.exists(p)]
@@ -244,7 +272,18 @@ def load_movielens(data_dir: str, history_max_length: int = 50,
 def popularity_recall(item_counts: Dict[int, int], test_items,
                       ks=(10, 50, 100)) -> Dict[str, float]:
     """Recall@k of recommending the k most-watched training items to
-    everyone: the baseline a retrieval model has to beat."""
+    everyone: the baseline a retrieval model has to beat.
+
+    Args:
+      item_counts: {item id: training interactions}.
+      test_items: `[N]` the held-out items.
+      ks: the k of recall@k.
+
+    Example:
+        ```python
+        print(tn.data.popularity_recall(data.item_counts, data.test["item_id"]))
+        ```
+    """
     ranked = [i for i, _ in sorted(item_counts.items(),
                                    key=lambda kv: (-kv[1], kv[0]))]
     test_items = np.asarray(test_items)
@@ -256,7 +295,21 @@ def movielens_dataset(examples: Examples, batch_size: int,
                       shuffle_buffer: int = 0, seed: Optional[int] = None,
                       repeat: bool = False,
                       drop_remainder: bool = False) -> tf.data.Dataset:
-    """Batches of feature dicts (in-batch negatives: no labels needed)."""
+    """Batches of feature dicts (in-batch negatives: no labels needed).
+
+    Args:
+      examples: {feature: array [N, ...]} (`MovieLens.train` or `.test`).
+      batch_size: examples per batch.
+      shuffle_buffer: examples shuffled (0: none).
+      seed: the shuffle seed.
+      repeat: repeat forever.
+      drop_remainder: drop a short last batch.
+
+    Example:
+        ```python
+        model.fit(tn.data.movielens_dataset(data.train, 1024, shuffle_buffer=100_000), epochs=3)
+        ```
+    """
     ds = tf.data.Dataset.from_tensor_slices(dict(examples))
     if shuffle_buffer:
         ds = ds.shuffle(shuffle_buffer, seed=seed,

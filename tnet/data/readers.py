@@ -75,7 +75,35 @@ def spec_dataset(spec: FeatureSpec, paths, format: str, batch_size: int, *,
     `spec`; see the module docstring. Arguments as tn.data.criteo_dataset;
     `log_limit`: with bad_rows="skip", the first bad rows logged to stderr
     per pass (then one notice that more are skipped without logging; 0:
-    log nothing, e.g. when `scan_files` has reported them already)."""
+    log nothing, e.g. when `scan_files` has reported them already).
+
+    Args:
+      spec: the `FeatureSpec`.
+      paths: a file, a glob or a list of them.
+      format: "tfrecord", "csv", "tsv" or "parquet".
+      batch_size: examples per batch.
+      bad_rows: "fail" (raise `BadDataError` naming the row) or "skip".
+      shuffle_buffer: examples shuffled (0: none).
+      num_epochs: passes (None: repeat forever).
+      seed: the shuffle seed.
+      drop_remainder: drop a short last batch.
+      input_context: a `tf.distribute.InputContext`: read this worker's shard.
+      stats: a `ReadStats` counting the skipped rows.
+      with_group: also return the spec's group feature.
+      compression: "GZIP" or None (default: from the file name).
+      log_limit: bad rows logged one by one at most.
+
+    Returns:
+      A dataset of `(features, label)` (`(features, label, weight)` with a
+      weight feature); the label and dense features are float32 `[B]`.
+
+    Example:
+        ```python
+        spec = tn.data.spec.load("spec.json")
+        ds = tn.data.spec_dataset(spec, "data/2026-11-0*/*.csv", "csv", 256,
+                                  shuffle_buffer=10_000, seed=0)
+        ```
+    """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {list(FORMATS)}, got {format!r}")
     if bad_rows not in ("fail", "skip"):
@@ -97,7 +125,16 @@ def spec_dataset(spec: FeatureSpec, paths, format: str, batch_size: int, *,
 class BadDataError(ValueError):
     """A data file does not match the spec as a whole (a CSV header without
     a spec column, a Parquet column of another type); the message names the
-    file and the feature."""
+    file and the feature.
+
+    Example:
+        ```python
+        try:
+            model.fit(spec.dataset("data/*.csv", "csv", 256))
+        except tn.data.BadDataError as e:
+            print(e)          # file:record, the feature, the value, the fix
+        ```
+    """
 
 
 def _pipes(input_context) -> tuple[int, int]:
@@ -828,7 +865,18 @@ def _shuffle_columns(cols, seed):
 def count_records(paths, format: str, compression: Optional[str] = None) -> int:
     """Examples in the files (for steps per epoch under
     ParameterServerStrategy): TFRecord records, CSV/TSV data lines (header
-    excluded), Parquet rows from the metadata."""
+    excluded), Parquet rows from the metadata.
+
+    Args:
+      paths: files or globs.
+      format: "tfrecord", "csv", "tsv" or "parquet".
+      compression: "GZIP" or None (from the name).
+
+    Example:
+        ```python
+        n = tn.data.count_records("data/*.tfrecord.gz", "tfrecord")
+        ```
+    """
     names = _rows._expand_paths(paths)
     if format == "parquet":
         return sum(_open_parquet(n).metadata.num_rows for n in names)
@@ -937,6 +985,15 @@ class FileScan:
       damaged: "file:record: why" when the file cannot be read to its end
       (a damaged or truncated TFRecord, a CSV header that does not match,
       a Parquet column of the wrong type); then `records` stops there.
+
+    Args:
+      path: the file scanned.
+
+    Example:
+        ```python
+        for scan in tn.data.scan_files(spec, "data/*.csv", "csv"):
+            print(scan.path, scan.rows, scan.skipped, scan.damaged)
+        ```
     """
 
     def __init__(self, path: str):
@@ -948,6 +1005,7 @@ class FileScan:
 
     @property
     def rows(self) -> int:
+        """The good rows: records read minus those skipped."""
         return self.records - self.skipped
 
     def __repr__(self) -> str:
@@ -964,7 +1022,25 @@ def scan_files(spec: FeatureSpec, paths, format: str,
     reason". `stop_at_first`: return as soon as one bad record or damaged
     file is found (what `tnet.train` does after a failure, to name the first
     bad record in file order). Eager Python over the readers' own checks:
-    for the CLI's counts and messages, not a training pipeline."""
+    for the CLI's counts and messages, not a training pipeline.
+
+    Args:
+      spec: the `FeatureSpec`.
+      paths: files or globs.
+      format: "tfrecord", "csv", "tsv" or "parquet".
+      compression: "GZIP" or None (from the name).
+      max_examples: bad rows described per file.
+      stop_at_first: stop at the first bad row.
+
+    Returns:
+      One `FileScan` per file.
+
+    Example:
+        ```python
+        bad = [s for s in tn.data.scan_files(spec, "data/*.csv", "csv")
+           if s.skipped or s.damaged]
+        ```
+    """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {list(FORMATS)}, got {format!r}")
     names = _rows._expand_paths(paths)
@@ -1110,6 +1186,19 @@ def find_bad_records(spec: FeatureSpec, paths, format: str,
     TFRecord name neither the file nor the record, and a shuffled pipeline
     meets bad rows out of order; `tnet.train` calls `scan_files` after such
     a failure to name the first one in file order.
+
+    Args:
+      spec: the `FeatureSpec`.
+      paths: files or globs.
+      format: "tfrecord", "csv", "tsv" or "parquet".
+      compression: "GZIP" or None (from the name).
+      max_examples: lines returned at most.
+
+    Example:
+        ```python
+        for line in tn.data.find_bad_records(spec, "data/*.csv", "csv"):
+            print(line)       # file:record: feature: what is wrong
+        ```
     """
     out: List[str] = []
     for found in scan_files(spec, paths, format, compression, max_examples):
@@ -1123,7 +1212,24 @@ def parquet_to_tfrecord(spec: FeatureSpec, paths, out_dir: str,
                         bad_rows: str = "fail", log_limit: int = 5) -> List[str]:
     """Writes each Parquet file as a gzip TFRecord of tf.Examples (the
     spec's columns), once, so ParameterServerStrategy workers can read pure
-    tf.data. Returns the TFRecord paths (same order)."""
+    tf.data. Returns the TFRecord paths (same order).
+
+    Args:
+      spec: the `FeatureSpec`.
+      paths: Parquet files or globs.
+      out_dir: where the TFRecord files go.
+      bad_rows: "fail" or "skip".
+      log_limit: bad rows logged one by one at most.
+
+    Returns:
+      The TFRecord files written.
+
+    Example:
+        ```python
+        files = tn.data.parquet_to_tfrecord(spec, "data/*.parquet", "/cache/tfr")
+        ds = tn.data.spec_dataset(spec, files, "tfrecord", 512)
+        ```
+    """
     names = _rows._expand_paths(paths)
     os.makedirs(out_dir, exist_ok=True)
     out = []

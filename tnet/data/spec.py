@@ -54,7 +54,16 @@ _DEFAULTABLE = {"dim", "table", "combiner", "min_count", "max_rows",
 
 
 class SpecError(ValueError):
-    """A feature spec is invalid; the message names the file and feature."""
+    """A feature spec is invalid; the message names the file and feature.
+
+    Example:
+        ```python
+        try:
+            tn.data.spec.load("spec.json")
+        except tn.data.spec.SpecError as e:
+            print(e)       # spec.json: feature 'user_id': what is wrong, the fix
+        ```
+    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +86,28 @@ class Feature:
       storage_dir: the embedding (see tn.feature_column.embedding_column).
     max_length: ids / sequence: most ids kept per example (None: all).
     separator: CSV/TSV: what separates the ids of a multi-valued cell.
+
+    Args:
+      name: the key in the features dict.
+      kind: "id", "ids", "sequence", "dense", "label", "weight" or "group".
+      dtype: "int64", "string" or "float32".
+      column: the name in the files.
+      default: the value of a missing cell.
+      table: the embedding's table.
+      dim: the embedding's width.
+      combiner: "mean", "sum" or "sqrtn".
+      min_count: the table's admission threshold.
+      max_rows: the table's row cap.
+      max_length: ids kept per example.
+      memory_budget_bytes: the table's disk tier budget.
+      storage_dir: the table's disk tier directory.
+      separator: CSV/TSV separator of the ids in one cell.
+
+    Example:
+        ```python
+        spec = tn.data.spec.load("spec.json")
+        print([(f.name, f.kind, f.dtype) for f in spec.features])
+        ```
     """
 
     name: str
@@ -96,14 +127,17 @@ class Feature:
 
     @property
     def is_id(self) -> bool:
+        """True for "id", "ids" and "sequence" features."""
         return self.kind in ID_KINDS
 
     @property
     def multi(self) -> bool:
+        """True for "ids" and "sequence" features (several ids per example)."""
         return self.kind in ("ids", "sequence")
 
     @property
     def tf_dtype(self) -> tf.DType:
+        """The TensorFlow dtype the readers produce for it."""
         return {"int64": tf.int64, "string": tf.string,
                 "float32": tf.float32}[self.dtype]
 
@@ -118,7 +152,19 @@ class Feature:
 
 
 class FeatureSpec:
-    """A parsed spec: its features, the model columns and the readers."""
+    """A parsed spec: its features, the model columns and the readers.
+
+    Args:
+      features: the `Feature`s, in the file's order.
+      source: where the spec came from (named in errors).
+
+    Example:
+        ```python
+        spec = tn.data.spec.load("spec.json")
+        model = tn.models.WideDeep(spec.embedding_columns(), spec.dense)
+        ds = spec.dataset("data/*.csv", "csv", 256)
+        ```
+    """
 
     def __init__(self, features: Sequence[Feature], source: str = "<spec>"):
         self.features = tuple(features)
@@ -129,32 +175,39 @@ class FeatureSpec:
 
     @property
     def id_features(self) -> List[Feature]:
+        """The id, ids and sequence features."""
         return self._of(*ID_KINDS)
 
     @property
     def dense_features(self) -> List[Feature]:
+        """The dense features."""
         return self._of("dense")
 
     @property
     def label(self) -> Feature:
+        """The label feature."""
         return self._of("label")[0]
 
     @property
     def weight(self) -> Optional[Feature]:
+        """The weight feature, or None."""
         found = self._of("weight")
         return found[0] if found else None
 
     @property
     def group_key(self) -> Optional[str]:
+        """The name of the group feature (for group AUC), or None."""
         found = self._of("group")
         return found[0].name if found else None
 
     @property
     def categorical(self) -> List[str]:
+        """The names of the id features."""
         return [f.name for f in self.id_features]
 
     @property
     def dense(self) -> List[str]:
+        """The names of the dense features."""
         return [f.name for f in self.dense_features]
 
     @property
@@ -163,12 +216,17 @@ class FeatureSpec:
         return all(f.dtype == "string" for f in self.id_features)
 
     def category_columns(self) -> list:
+        """One `tn.feature_column` category (or sequence) column per id feature."""
         from tnet import feature_column as fc  # noqa: PLC0415
         return [fc.category_column(f.name, f.tf_dtype) for f in self.id_features]
 
     def embedding_columns(self, default_dim: int = 8) -> list:
         """One tn.feature_column.embedding_column per id feature, with the
-        spec's table, dim, combiner, min_count and max_rows."""
+        spec's table, dim, combiner, min_count and max_rows.
+
+        Args:
+          default_dim: the width of features without a `dim`.
+        """
         from tnet import feature_column as fc  # noqa: PLC0415
         return [fc.embedding_column(c, f.dim or default_dim,
                                     combiner=f.combiner, table=f.table,
@@ -189,11 +247,19 @@ class FeatureSpec:
     def dataset(self, paths, format: str, batch_size: int, **kwargs
                 ) -> tf.data.Dataset:
         """A reader of `paths` in `format` ("tfrecord", "csv", "tsv",
-        "parquet"); see tnet.data.readers.spec_dataset for the options."""
+        "parquet"); see tnet.data.readers.spec_dataset for the options.
+
+        Args:
+          paths: files or globs.
+          format: "tfrecord", "csv", "tsv" or "parquet".
+          batch_size: examples per batch.
+          **kwargs: `spec_dataset`'s options (bad_rows, shuffle_buffer, ...).
+        """
         from tnet.data.readers import spec_dataset  # noqa: PLC0415
         return spec_dataset(self, paths, format, batch_size, **kwargs)
 
     def to_dict(self) -> Dict[str, Any]:
+        """The spec as the JSON it loads from (`from_dict` reads it back)."""
         return {"features": [
             {k: v for k, v in dataclasses.asdict(f).items() if v is not None}
             for f in self.features]}
@@ -206,7 +272,16 @@ class FeatureSpec:
 # ------------------------------------------------------------------ loading
 def load(path: str | os.PathLike) -> FeatureSpec:
     """Reads and checks a spec file (.json; .yaml/.yml when PyYAML is
-    installed). Raises SpecError naming the file and the feature."""
+    installed). Raises SpecError naming the file and the feature.
+
+    Args:
+      path: a .json file (.yaml / .yml with PyYAML installed).
+
+    Example:
+        ```python
+        spec = tn.data.spec.load("spec.json")
+        ```
+    """
     path = os.fspath(path)
     try:
         with open(path) as f:
@@ -234,7 +309,18 @@ def load(path: str | os.PathLike) -> FeatureSpec:
 
 
 def from_dict(data: Any, source: str = "<spec>") -> FeatureSpec:
-    """A FeatureSpec from the parsed file content (see `load`)."""
+    """A FeatureSpec from the parsed file content (see `load`).
+
+    Args:
+      data: the parsed spec: {"defaults": {...}, "features": [...]}.
+      source: named in errors.
+
+    Example:
+        ```python
+        spec = tn.data.spec.from_dict({"features": [
+            {"name": "click", "kind": "label"}, {"name": "user_id", "kind": "id"}]})
+        ```
+    """
     def fail(msg: str):
         raise SpecError(f"feature spec {source}: {msg}")
 

@@ -156,6 +156,13 @@ class FileStream:
         age; older files are taken as done (named once in the log).
       bad_files: "skip" (record a damaged file as bad, go on) or "fail"
         (stop before it, `failure` names it).
+
+    Example:
+        ```python
+        stream = tn.data.FileStream("/landing/*.tfrecord.gz", idle_seconds=600)
+        data = tn.data.stream_dataset(spec, stream, "tfrecord", 512)
+        model.fit(data, callbacks=[tn.callbacks.StreamCheckpoint("/ckpt", stream)])
+        ```
     """
 
     def __init__(self, pattern: str, *, landed: str = "rename",
@@ -206,13 +213,18 @@ class FileStream:
     # --------------------------------------------------------- control
     def stop(self, reason: str = "stop requested") -> None:
         """Ends the stream at the next file boundary (thread- and
-        signal-safe)."""
+        signal-safe).
+
+        Args:
+          reason: logged when the stream ends.
+        """
         if self.stop_reason is None:
             self.stop_reason = reason
         self._stop.set()
 
     @property
     def stopping(self) -> bool:
+        """True once `stop()` was called (or a SIGTERM came)."""
         return self._stop.is_set()
 
     def attach(self) -> None:
@@ -222,6 +234,11 @@ class FileStream:
         self._ready.clear()
 
     def start(self, ledger: Optional[Ledger] = None) -> None:
+        """Starts listing `pattern` (`stream_dataset` calls it).
+
+        Args:
+          ledger: the trained files to skip (a restored checkpoint's), or None.
+        """
         with self._lock:
             if ledger is not None:
                 self.ledger = ledger
@@ -560,6 +577,26 @@ def stream_dataset(spec: FeatureSpec, pattern, format: str, batch_size: int,
     one process (its reader is a Python thread). `.stream` is the
     FileStream; give it to `tn.callbacks.StreamCheckpoint` for exactly-once
     training across restarts.
+
+    Args:
+      spec: the `FeatureSpec`.
+      pattern: see above.
+      format: "tfrecord", "csv", "tsv" or "parquet".
+      batch_size: examples per batch.
+      bad_rows: "fail" or "skip".
+      shuffle_buffer: see above.
+      seed: see above.
+      compression: "GZIP" or None (from the name).
+      with_group: also return the spec's group feature.
+      queue_batches: see above.
+      **stream_args: FileStream's arguments when `pattern` is a path.
+
+    Example:
+        ```python
+        data = tn.data.stream_dataset(spec, "/landing/", "tfrecord", 512,
+                                      landed="done", idle_seconds=3600)
+        model.fit(data, callbacks=[tn.callbacks.StreamCheckpoint("/ckpt", data.stream)])
+        ```
     """
     stream = (pattern if isinstance(pattern, FileStream)
               else FileStream(pattern, **stream_args))

@@ -112,7 +112,16 @@ _MV_SEPARATOR = "|"
 
 
 def synthetic_cardinalities(scale: float = 1.0) -> tuple[int, ...]:
-    """Per-column cardinalities of the generator (see the module docstring)."""
+    """Per-column cardinalities of the generator (see the module docstring).
+
+    Args:
+      scale: multiplies every column's cardinality.
+
+    Example:
+        ```python
+        print(len(tn.data.synthetic_cardinalities()))   # 26 categorical columns
+        ```
+    """
     factor = _LARGEST / max(CRITEO_KAGGLE_CARDINALITIES)
     base = [c if c <= 1000 else max(1000, round(c * factor)) for c in CRITEO_KAGGLE_CARDINALITIES]
     return tuple(max(1, round(c * scale)) for c in base)
@@ -140,6 +149,19 @@ class SyntheticCriteo:
     stream as numpy arrays: `(features, labels, logits)` with the same keys
     and dtypes as `criteo_dataset` ("I1".."I13" float32, "C1".."C26" int64),
     plus "M1".."Mk" int64 [n, 50] padded with -1 when `multi_valued=k`.
+
+    Args:
+      seed: the generator's seed (the same seed, the same data).
+      scale: multiplies the id cardinalities.
+      zipf: the ids' Zipf exponent.
+      multi_valued: ids per example of each categorical column (0: one).
+
+    Example:
+        ```python
+        gen = tn.data.SyntheticCriteo(seed=0)
+        data = gen.dataset(65_536, batch_size=512)
+        print(gen.oracle_auc())      # the best AUC any model can reach
+        ```
     """
 
     def __init__(self, seed: int = 0, scale: float = 1.0, zipf: float = 1.1,
@@ -238,7 +260,13 @@ class SyntheticCriteo:
             start += stop - offset
 
     def batch(self, n: int, stream: str | int = "train", start: int = 0):
-        """Examples start .. start+n-1 of `stream`: (features, labels, logits)."""
+        """Examples start .. start+n-1 of `stream`: (features, labels, logits).
+
+        Args:
+          n: examples.
+          stream: "train", "holdout" or an int stream id (independent draws).
+          start: the first example's index in the stream.
+        """
         pieces = list(self._range(_stream_code(stream), int(start), int(n)))
         if not pieces:
             raise ValueError(f"n must be >= 1, got {n}")
@@ -253,6 +281,13 @@ class SyntheticCriteo:
         The examples depend only on (seed, stream, index), not on batch_size.
         Built on `from_generator`: not usable inside a ParameterServerStrategy
         `dataset_fn`; use `write_tsv` + `criteo_dataset` there.
+
+        Args:
+          num_examples: examples in all.
+          batch_size: examples per batch.
+          stream: as for `batch`.
+          start: as for `batch`.
+          drop_remainder: drop a short last batch.
         """
         code = _stream_code(stream)
         total, batch_size = int(num_examples), int(batch_size)
@@ -274,7 +309,12 @@ class SyntheticCriteo:
         return tf.data.Dataset.from_generator(generate, output_signature=signature).prefetch(2)
 
     def oracle_auc(self, stream: str | int = "holdout", n: int = 1 << 20) -> float:
-        """AUC of the true logits on examples 0 .. n-1 of `stream`."""
+        """AUC of the true logits on examples 0 .. n-1 of `stream`.
+
+        Args:
+          stream: as for `batch`.
+          n: examples scored.
+        """
         _, labels, logits = self.batch(n, stream)
         return auc(labels, logits)
 
@@ -292,6 +332,12 @@ class SyntheticCriteo:
         round-trip text), decimal ids, the ids of an M cell separated by
         "|". `read_tsv(path, batch_size, k)` reads it back exactly as
         `batch` gives it.
+
+        Args:
+          path: the file written (Criteo's TSV layout).
+          num_examples: rows.
+          stream: as for `batch`.
+          start: as for `batch`.
         """
         code = _stream_code(stream)
         multi = self.multi_valued_columns
