@@ -460,12 +460,8 @@ class FunctionalModel(_TnetTraining, keras_functional.Functional):
     columns, both are refused with one line naming the feature (a check of
     dtypes while tracing: nothing runs per step).
 
-    Args:
-      inputs: Keras `Input`s (a dict, list or one).
-      outputs: the output tensor(s).
-      name: the model's name.
-      trainable: as in Keras.
-      **kwargs: Keras model arguments.
+    It takes Keras' functional arguments: `inputs` (Keras `Input`s: a
+    dict, a list or one), `outputs`, `name`, `trainable`.
 
     Example:
         ```python

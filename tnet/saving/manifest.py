@@ -29,7 +29,20 @@ _TMP_RE = re.compile(r"^\.ckpt-(\d+\.tmp|trash)-")
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint cannot be written or restored; `path` names the file."""
+    """A checkpoint cannot be written or restored; `path` names the file.
+
+    Args:
+      message: what is wrong and the fix.
+      path: the file or checkpoint concerned, or None.
+
+    Example:
+        ```python
+        try:
+            tn.saving.restore(model, "/ckpt")
+        except tn.saving.CheckpointError as e:
+            print(e, e.path)      # e.g. a checksum mismatch, naming the file
+        ```
+    """
 
     def __init__(self, message: str, path: Optional[str] = None):
         super().__init__(message)
@@ -53,7 +66,17 @@ class CheckpointWriteError(CheckpointError, OSError):
 def list_checkpoints(directory: str) -> List[Tuple[int, str]]:
     """[(step, path)] of the complete checkpoints in `directory`, oldest
     first. A checkpoint is complete when its manifest exists (it is written
-    last, inside the temp directory, before the rename)."""
+    last, inside the temp directory, before the rename).
+
+    Args:
+      directory: the checkpoint directory.
+
+    Example:
+        ```python
+        for step, path in tn.saving.list_checkpoints("/ckpt"):
+            print(step, path)          # 100 /ckpt/ckpt-100 ...
+        ```
+    """
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         return []
@@ -67,13 +90,38 @@ def list_checkpoints(directory: str) -> List[Tuple[int, str]]:
 
 
 def latest_checkpoint(directory: str) -> Optional[str]:
-    """The path of the newest complete checkpoint in `directory`, or None."""
+    """The path of the newest complete checkpoint in `directory`, or None.
+
+    Args:
+      directory: the checkpoint directory.
+
+    Example:
+        ```python
+        path = tn.saving.latest_checkpoint("/ckpt")    # "/ckpt/ckpt-300" or None
+        if path:
+            tn.saving.restore(model, path)
+        ```
+    """
     found = list_checkpoints(directory)
     return found[-1][1] if found else None
 
 
 def read_manifest(path: str) -> Dict[str, Any]:
-    """The manifest of checkpoint `path` (a `ckpt-<step>` directory)."""
+    """The manifest of checkpoint `path` (a `ckpt-<step>` directory).
+
+    Args:
+      path: a `ckpt-<step>` directory.
+
+    Returns:
+      The manifest dict: step, tables (rows, dim, shards), files and their
+      sha256, the parent of a delta checkpoint.
+
+    Example:
+        ```python
+        manifest = tn.saving.read_manifest(tn.saving.latest_checkpoint("/ckpt"))
+        print(manifest["step"], sorted(manifest["tables"]))
+        ```
+    """
     file = os.path.join(os.fspath(path), MANIFEST)
     if not os.path.isfile(file):
         raise CheckpointError(f"checkpoint manifest missing: {file} (not a "
@@ -101,7 +149,18 @@ def read_manifest(path: str) -> Dict[str, Any]:
 def read_state(path: str, name: str) -> Optional[Any]:
     """The JSON state `name` that `save(..., state={name: ...})` wrote into
     checkpoint `path`, or None when it holds none. Its size and sha256 are
-    checked against the manifest (a damaged file raises CheckpointError)."""
+    checked against the manifest (a damaged file raises CheckpointError).
+
+    Args:
+      path: a `ckpt-<step>` directory.
+      name: the state's name.
+
+    Example:
+        ```python
+        path = tn.saving.save(model, "/ckpt", state={"days": ["2026-11-01"]})
+        print(tn.saving.read_state(path, "days"))     # ['2026-11-01']
+        ```
+    """
     manifest = read_manifest(path)
     if name not in manifest.get("state", []):
         return None

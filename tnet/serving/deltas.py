@@ -47,7 +47,17 @@ SERVING_VERSION = "serving_version"
 
 
 class DeltaError(RuntimeError):
-    """A delta that must not be applied (gap, checksum, other base)."""
+    """A delta that must not be applied (gap, checksum, other base).
+
+    Example:
+        ```python
+        from tnet.serving import follow
+        try:
+            follow.Follower("/models/ranker/1", targets).step()
+        except tn.serving.DeltaError as e:
+            print(e)     # the target and the delta; the target keeps serving
+        ```
+    """
 
 
 def read_info(export_dir: str, full: bool = False) -> Dict[str, Any]:

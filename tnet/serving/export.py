@@ -160,6 +160,14 @@ def export_for_serving(model, export_dir: str, quantize: Optional[str] = None,
     `export_info.json` beside `saved_model.pb` lists the outputs, what
     "prediction" holds (`prediction_holds`), the tables (rows, dims,
     bytes) and the quantize mode.
+
+    Example:
+        ```python
+        tn.serving.export_for_serving(model, "/export/ranker/1")
+        tn.serving.export_for_serving(model, "/export/ranker/2", quantize="int8")
+        served = tf.saved_model.load("/export/ranker/1")   # no tnet needed
+        served.signatures["serving_default"](user_id=tf.constant([3], tf.int64))
+        ```
     """
     if quantize not in QUANTIZE_MODES:
         raise ValueError(f"quantize must be one of {QUANTIZE_MODES}, got "
@@ -227,6 +235,19 @@ class ExportWriteError(OSError):
 
     Nothing was left at `export_dir` and no other version in its parent
     directory was touched, so a server keeps serving the previous one.
+
+    Args:
+      export_dir: the export directory that was not written.
+      error: the file system's error.
+      message: the line to show (default: one naming both).
+
+    Example:
+        ```python
+        try:
+            tn.serving.export_for_serving(model, "/models/ranker/2")
+        except tn.serving.ExportWriteError as e:
+            print(e)     # version 1 is still served
+        ```
     """
 
     def __init__(self, export_dir: str, error: BaseException,

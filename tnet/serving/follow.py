@@ -55,7 +55,18 @@ DEFAULT_INTERVAL = 1.0
 
 
 class InProcessTarget:
-    """A SavedModel loaded in this process (`tf.saved_model.load`)."""
+    """A SavedModel loaded in this process (`tf.saved_model.load`).
+
+    Args:
+      loaded: the result of `tf.saved_model.load(export_dir)`.
+      name: the target's name in logs and records.
+
+    Example:
+        ```python
+        served = tf.saved_model.load("/models/ranker/1")
+        follow.Follower("/models/ranker/1", [follow.InProcessTarget(served)]).step()
+        ```
+    """
 
     def __init__(self, loaded, name: str = "in-process"):
         self.loaded = loaded
@@ -69,7 +80,19 @@ class InProcessTarget:
 
 
 class GrpcTarget:
-    """A TF Serving PredictionService at `host:port`, model `model`."""
+    """A TF Serving PredictionService at `host:port`, model `model`.
+
+    Args:
+      address: "host:port" of TF Serving's gRPC port.
+      model: the model name TF Serving serves the export as.
+      timeout: seconds per request.
+
+    Example:
+        ```python
+        target = follow.GrpcTarget("localhost:8500", "ranker")
+        print(follow.serving_version(target))    # (delta number, base id)
+        ```
+    """
 
     def __init__(self, address: str, model: str, timeout: float = 60.0):
         import grpc  # noqa: PLC0415
@@ -96,6 +119,19 @@ class GrpcTarget:
 
 
 def parse_target(spec: str):
+    """The target of a `--target` flag.
+
+    Args:
+      spec: "grpc://HOST:PORT/MODEL_NAME".
+
+    Returns:
+      A `GrpcTarget`.
+
+    Example:
+        ```python
+        target = follow.parse_target("grpc://localhost:8500/ranker")
+        ```
+    """
     if spec.startswith("grpc://"):
         rest = spec[len("grpc://"):]
         if "/" not in rest:
@@ -107,6 +143,20 @@ def parse_target(spec: str):
 
 
 def serving_version(target) -> (int, str):
+    """What a replica serves, from its `serving_version` signature.
+
+    Args:
+      target: an `InProcessTarget` or `GrpcTarget`.
+
+    Returns:
+      (the number of the newest delta applied, 0 for none; the id of the
+      base it serves).
+
+    Example:
+        ```python
+        version, base = follow.serving_version(follow.InProcessTarget(served))
+        ```
+    """
     out = target.call(deltas.SERVING_VERSION, {})
     base = np.asarray(out["base_id"]).reshape(-1)[0]
     base = base.decode() if isinstance(base, bytes) else str(base)
@@ -122,6 +172,15 @@ class Follower:
         targets = [follow.GrpcTarget("localhost:8500", "ranker")]
         follow.Follower("/models/ranker/1", targets).step()  # apply newer deltas once
         ```
+
+    Args:
+      export_dir: the updatable export (a version directory or the base path).
+      targets: `InProcessTarget`s and `GrpcTarget`s.
+      chunk_bytes: rows per `apply_rows` request at most.
+      say: a function taking progress lines (default: the tnet logger).
+      update_keys: update keys to choose from (see the module docstring).
+      update_key_file: a key file to read them from.
+      allow_keyless: drive an export written before update keys.
     """
 
     def __init__(self, export_dir: str, targets: List,
@@ -169,6 +228,11 @@ class Follower:
                            "time": time.time()})
 
     def recorded(self, target) -> Optional[int]:
+        """The delta version last recorded as applied to `target`, or None.
+
+        Args:
+          target: a target of this follower.
+        """
         self.state_dir = os.path.join(deltas.deltas_dir(self.export_dir),
                                       "followers")
         safe = "".join(c if c.isalnum() or c in "-_." else "_"
@@ -252,7 +316,11 @@ class Follower:
     def key_for(self, info=None) -> Optional[str]:
         """The key to send for the base `info` (default: the current
         one); None for a keyless export when allowed. DeltaError if no
-        key of the follower's matches."""
+        key of the follower's matches.
+
+        Args:
+          info: a base's export_info (default: the current base's).
+        """
         info = self.info if info is None else info
         record = info.get("update_key")
         if record is None:
@@ -278,6 +346,13 @@ class Follower:
         return key
 
     def apply(self, target, version: int, payload) -> None:
+        """Applies one delta to `target`: its rows in `apply_rows` requests of at most `chunk_bytes`, then `apply_delta`.
+
+        Args:
+          target: the target.
+          version: the delta's number (the target must be at `version - 1`).
+          payload: the delta's arrays (`tnet.serving.deltas.load_delta`).
+        """
         tables = self.info["tables"]
         version_arr = np.array(version, np.int64)
         key = self.key_for()
@@ -304,6 +379,21 @@ class Follower:
 
 
 def main(argv=None) -> int:
+    """`python -m tnet.serving.follow`: applies new deltas to every `--target`, once (`--once`) or every `--interval` seconds.
+
+    Args:
+      argv: the command line (default: sys.argv[1:]).
+
+    Returns:
+      The exit status: 0, 1 after a target's DeltaError, 2 for bad flags.
+
+    Example:
+        ```python
+        from tnet.serving import follow
+        follow.main(["--export_dir", "/models/ranker/1", "--once",
+                     "--target", "grpc://localhost:8500/ranker"])
+        ```
+    """
     parser = argparse.ArgumentParser(
         prog="python -m tnet.serving.follow",
         description="Apply an updatable export's deltas to serving replicas")

@@ -298,6 +298,12 @@ def publish_delta(model, export_dir: str,
         model.fit(data)
         tn.serving.publish_delta(model, "/models/ranker/1")  # .../deltas/delta-000001
         ```
+
+    Args:
+      model: the trained `tn.Model` whose updatable export it is.
+      export_dir: the updatable export or its base path.
+      compact_at: see above (None: never a new base).
+      rotate_update_key: see above.
     """
     current = newest_export(export_dir)
     pub = publisher(model, current)
