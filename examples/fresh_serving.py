@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     model.compile(tn.optimizer.Adagrad(0.1), loss="binary_crossentropy")
     model.fit(batches(0, a.rows), verbose=0)
     export = os.path.join(base_path, "1")
-    tn.saving.export_for_serving(model, export, updatable=True)
+    tn.serving.export_for_serving(model, export, updatable=True)
     print("base exported:", export)
 
     served = tf.saved_model.load(export)       # what a replica loads

@@ -115,7 +115,7 @@ def main(argv=None) -> int:
 
     export = os.path.join(work, "export", "1")
     shutil.rmtree(export, ignore_errors=True)
-    tn.saving.export_for_serving(model, export)
+    tn.serving.export_for_serving(model, export)
     info = json.load(open(os.path.join(export, "export_info.json")))
     print("serving inputs:", json.dumps(info["inputs"]))
 

@@ -102,7 +102,7 @@ def chief(a) -> int:
     probe = {"user_id": tf.constant([3, 4, 9, 10], tf.int64),
              "hour": tf.constant(["3", "4", "9", "10"])}
     trained = model(probe, training=False).numpy()   # on the chief, rows from the ps
-    export = tn.saving.export_for_serving(model, os.path.join(a.workdir, "export", "1"))
+    export = tn.serving.export_for_serving(model, os.path.join(a.workdir, "export", "1"))
     served = tf.saved_model.load(export).signatures["serving_default"](**probe)
     served = served["prediction"].numpy()
     print("trained:", trained.ravel().round(4), "served:", served.ravel().round(4))

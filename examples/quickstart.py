@@ -72,7 +72,7 @@ def main(argv=None) -> int:
 
     export = f"{work}/export/1"          # TF Serving's <base>/<version>
     shutil.rmtree(export, ignore_errors=True)
-    tn.saving.export_for_serving(model, export)
+    tn.serving.export_for_serving(model, export)
 
     # Serve it: stock TensorFlow, the model's inputs by name.
     serve = tf.saved_model.load(export).signatures["serving_default"]

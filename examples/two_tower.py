@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     export = os.path.join(work, "export", "1")
     shutil.rmtree(export, ignore_errors=True)
     k = 10
-    tn.saving.export_for_serving(model, export, candidates=data.items, k=k)
+    tn.serving.export_for_serving(model, export, candidates=data.items, k=k)
     serve = tf.saved_model.load(export).signatures["serving_default"]
     query = {n: test[n][:64] for n in model.serving_input_signature()}
     served = serve(**{n: tf.constant(v.astype("S") if v.dtype == object else v)
