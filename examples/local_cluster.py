@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,6 +74,7 @@ def chief(a) -> int:
                           input_context.input_pipeline_id)
         return ds.repeat().batch(a.batch_size)
 
+    work = a.workdir or tempfile.mkdtemp(prefix="tnet_cluster_")
     strategy = tn.distribute.ParameterServerStrategy()   # from TF_CONFIG
     print(f"chief of a cluster with {tn.distribute.num_ps(strategy)} ps", flush=True)
     with strategy.scope():
@@ -88,7 +90,7 @@ def chief(a) -> int:
     steps = a.rows // a.batch_size
     model.fit(tf.keras.utils.experimental.DatasetCreator(dataset_fn),
               epochs=a.epochs, steps_per_epoch=steps, verbose=2,
-              callbacks=[tn.callbacks.Checkpoint(os.path.join(a.workdir, "ckpt"))])
+              callbacks=[tn.callbacks.Checkpoint(os.path.join(work, "ckpt"))])
 
     failed = []
     table = model.tables()["user_id"]
@@ -102,7 +104,9 @@ def chief(a) -> int:
     probe = {"user_id": tf.constant([3, 4, 9, 10], tf.int64),
              "hour": tf.constant(["3", "4", "9", "10"])}
     trained = model(probe, training=False).numpy()   # on the chief, rows from the ps
-    export = tn.serving.export_for_serving(model, os.path.join(a.workdir, "export", "1"))
+    export = os.path.join(work, "export", "1")
+    shutil.rmtree(export, ignore_errors=True)        # a rerun exports again
+    tn.serving.export_for_serving(model, export)
     served = tf.saved_model.load(export).signatures["serving_default"](**probe)
     served = served["prediction"].numpy()
     print("trained:", trained.ravel().round(4), "served:", served.ravel().round(4))
