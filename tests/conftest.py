@@ -95,13 +95,13 @@ def _heaviest_files_first(items):
     --no-loadscope-reorder`), so the long files start first and the short
     ones fill in at the end, instead of a long file starting last while
     the other workers have nothing left (xdist's own order is by the
-    number of tests). A file not listed counts as the median file."""
+    number of tests). Files not listed come after the listed ones, in
+    pytest's order (a new test file is small, or it is listed)."""
     try:
         seconds = json.loads(FILE_SECONDS.read_text())
     except (OSError, ValueError):
         return
-    known = sorted(seconds.values())
-    default = known[len(known) // 2] if known else 0.0
+    default = 0.0
     first_seen: dict[str, int] = {}
     for i, item in enumerate(items):
         first_seen.setdefault(item.nodeid.split("::", 1)[0], i)
