@@ -35,10 +35,13 @@ SEED = int(os.environ.get("FUZZ_SEED") or fuzz_seed())
 
 
 # A hang is a case that does not finish: no new case logged for this long
-# (each case is logged, flushed, before it runs; a case takes milliseconds,
-# the process start ~5 s). Not a bound on the whole batch, whose wall time
-# depends on how loaded the machine is.
+# (each case is logged, flushed, before it runs; a case takes
+# milliseconds). Not a bound on the whole batch, whose wall time depends
+# on how loaded the machine is. The process start (Python, TensorFlow, the
+# op library: ~5 s of CPU, over 3 minutes measured at a load of 33 on 2
+# cores) has its own bound, until the first case is logged.
 STALL_SECONDS = float(os.environ.get("FUZZ_STALL_SECONDS", "180"))
+START_SECONDS = float(os.environ.get("FUZZ_START_SECONDS", "900"))
 
 
 def run_program(args: list[str], log: pathlib.Path, preexec_fn=None,
@@ -59,7 +62,8 @@ def run_program(args: list[str], log: pathlib.Path, preexec_fn=None,
             now = log.stat().st_size if log.exists() else 0
             if now != size:
                 size, changed = now, time.monotonic()
-            elif time.monotonic() - changed > stall:
+            elif (time.monotonic() - changed
+                  > (stall if size else START_SECONDS)):
                 proc.kill()
                 proc.wait()
                 return "hang", out_path.read_text()
@@ -71,7 +75,9 @@ def failure(rc, out: str, log: pathlib.Path, what_ran: str) -> str:
     hang, the case in flight (the log's last line) and how to replay it."""
     lines = log.read_text().splitlines() if log.exists() else []
     last = lines[-1] if lines else "(none logged)"
-    what = (f"hung (no new case for {STALL_SECONDS:.0f} s)" if rc == "hang"
+    what = ((f"hung (no new case for {STALL_SECONDS:.0f} s)" if lines else
+             f"hung (no case started within {START_SECONDS:.0f} s)")
+            if rc == "hang"
             else f"died of {signal.Signals(-rc).name}" if rc < 0 else
             f"exited {rc}")
     tail = "\n".join(l for l in out.splitlines()
