@@ -76,7 +76,8 @@ TEST_BUDGET_S ?= 720
 MAKE_START := $(shell date +%s)
 test: build
 	@rc=0; \
-	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile -m "not serial" \
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder \
+	    -m "not serial" \
 	    --durations=15 $(PYTEST_ARGS) tests || rc=$$?; \
 	$(PY) -m pytest -m serial $(PYTEST_ARGS) tests || { s=$$?; \
 	    [ $$s -eq 5 ] || rc=$$s; }; \

@@ -1,6 +1,7 @@
 """Shared pytest setup: tnet is imported before TensorFlow (Keras 2)."""
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 
@@ -80,6 +81,39 @@ def _shared_fixture_group(item):
     return None
 
 
+# Seconds each test file took in a recent `make test` (the setup, call and
+# teardown of its tests added up): `python tools/durations_by_file.py
+# --write-order tests/file_seconds.json LOG` rewrites it from a run's
+# `--durations=0` output.
+FILE_SECONDS = ROOT / "tests" / "file_seconds.json"
+
+
+def _heaviest_files_first(items):
+    """Orders the test files by their seconds in FILE_SECONDS, largest
+    first, each file's tests kept together and in their order. make test
+    hands whole files to its workers in this order (`--dist loadfile
+    --no-loadscope-reorder`), so the long files start first and the short
+    ones fill in at the end, instead of a long file starting last while
+    the other workers have nothing left (xdist's own order is by the
+    number of tests). Files not listed come after the listed ones, in
+    pytest's order (a new test file is small, or it is listed)."""
+    try:
+        seconds = json.loads(FILE_SECONDS.read_text())
+    except (OSError, ValueError):
+        return
+    default = 0.0
+    first_seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first_seen.setdefault(item.nodeid.split("::", 1)[0], i)
+
+    def key(pair):
+        i, item = pair
+        path = item.nodeid.split("::", 1)[0]
+        return (-seconds.get(path, default), first_seen[path], i)
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=key)]
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -87,6 +121,7 @@ def pytest_collection_modifyitems(config, items):
             group = _shared_fixture_group(item)
             if group is not None:
                 item.add_marker(pytest.mark.xdist_group(group))
+    _heaviest_files_first(items)
     mode = os.environ.get(LONG_ENV, "0")
     if mode == "all":
         return

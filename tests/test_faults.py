@@ -54,9 +54,12 @@ def _steps(ckpt_dir):
 
 
 def _resume_and_check(tmp_path, step, epochs, extra=()):
-    """A new 2 ps x 2 worker cluster restores ckpt-<step> bit-exactly and
-    trains on to epochs x 10 steps."""
-    again = start_cluster(2, 2, _args(tmp_path, "--epochs", str(epochs), *extra), timeout=400)
+    """A new cluster restores ckpt-<step> bit-exactly and trains on to
+    epochs x 10 steps: 2 ps (the tables' rows go back to their shards) and
+    one worker (what is checked is the restore and the step count, which
+    a second worker does not change; the first runs had two, and lost
+    one)."""
+    again = start_cluster(2, 1, _args(tmp_path, "--epochs", str(epochs), *extra), timeout=400)
     code = again.wait(400)
     out = again.output
     assert code == 0, out[-3000:]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import functools
+import importlib.util
 import json
 import os
 import pathlib
@@ -32,38 +34,74 @@ BATCHES = int(os.environ.get("FUZZ_BATCHES", "2"))
 SEED = int(os.environ.get("FUZZ_SEED") or fuzz_seed())
 
 
-def run_batch(seed: int, cases: int, workdir: pathlib.Path,
-              extra: tuple[str, ...] = ()) -> dict:
-    """Runs one fuzz process; returns its summary or an `error` report that
-    names the signal or timeout, the case in flight and how to replay it."""
-    log = workdir / f"cases_{seed}.jsonl"
-    summary = workdir / f"summary_{seed}.json"
-    cmd = [sys.executable, str(PROGRAM), "--cases", str(cases), "--seed",
-           str(seed), "--log", str(log), "--summary", str(summary), *extra]
+# A hang is a case that does not finish: no new case logged for this long
+# (each case is logged, flushed, before it runs; a case takes
+# milliseconds). Not a bound on the whole batch, whose wall time depends
+# on how loaded the machine is. The process start (Python, TensorFlow, the
+# op library: ~5 s of CPU, over 3 minutes measured at a load of 33 on 2
+# cores) has its own bound, until the first case is logged.
+STALL_SECONDS = float(os.environ.get("FUZZ_STALL_SECONDS", "180"))
+START_SECONDS = float(os.environ.get("FUZZ_START_SECONDS", "900"))
+
+
+def run_program(args: list[str], log: pathlib.Path, preexec_fn=None,
+                stall: float = STALL_SECONDS) -> tuple[object, str]:
+    """Runs tests/programs/fuzz_ops.py with `args`, killing it when `log`
+    has not grown for `stall` seconds. Returns (exit code or "hang",
+    its output)."""
+    out_path = log.with_suffix(".out")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    timeout = 120 + 0.2 * cases  # ~40x the usual time: only a hang hits it
-    start = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                              timeout=timeout, cwd=ROOT)
-        rc, out = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as e:
-        rc, out = "timeout", (e.stdout or b"").decode() + (e.stderr or b"").decode()
-    seconds = time.monotonic() - start
-    if rc == 0:
-        return dict(json.loads(summary.read_text()), seconds=seconds)
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen([sys.executable, str(PROGRAM), *args],
+                                stdout=out, stderr=subprocess.STDOUT,
+                                text=True, env=env, cwd=ROOT,
+                                preexec_fn=preexec_fn)
+        size, changed = -1, time.monotonic()
+        while proc.poll() is None:
+            time.sleep(0.2)
+            now = log.stat().st_size if log.exists() else 0
+            if now != size:
+                size, changed = now, time.monotonic()
+            elif (time.monotonic() - changed
+                  > (stall if size else START_SECONDS)):
+                proc.kill()
+                proc.wait()
+                return "hang", out_path.read_text()
+    return proc.returncode, out_path.read_text()
+
+
+def failure(rc, out: str, log: pathlib.Path, what_ran: str) -> str:
+    """The report of a fuzz process that did not exit 0: the signal or
+    hang, the case in flight (the log's last line) and how to replay it."""
     lines = log.read_text().splitlines() if log.exists() else []
     last = lines[-1] if lines else "(none logged)"
-    what = (f"hung (> {timeout:.0f} s)" if rc == "timeout" else
-            f"died of {signal.Signals(-rc).name}" if rc < 0 else
+    what = ((f"hung (no new case for {STALL_SECONDS:.0f} s)" if lines else
+             f"hung (no case started within {START_SECONDS:.0f} s)")
+            if rc == "hang"
+            else f"died of {signal.Signals(-rc).name}" if rc < 0 else
             f"exited {rc}")
     tail = "\n".join(l for l in out.splitlines()
                      if not l.startswith(("I0000", "W0000", "WARNING:")))[-4000:]
-    return {"error": (
-        f"fuzz batch seed={seed} {what} after {len(lines)} cases.\n"
-        f"Case in flight:\n{last}\n"
-        f"Replay: PYTHONPATH={ROOT} {sys.executable} {PROGRAM} --replay "
-        f"'{last}'\nOutput tail:\n{tail}")}
+    return (f"{what_ran} {what} after {len(lines)} cases.\n"
+            f"Case in flight:\n{last}\n"
+            f"Replay: PYTHONPATH={ROOT} {sys.executable} {PROGRAM} --replay "
+            f"'{last}'\nOutput tail:\n{tail}")
+
+
+def run_batch(seed: int, cases: int, workdir: pathlib.Path,
+              extra: tuple[str, ...] = ()) -> dict:
+    """Runs one fuzz process; returns its summary or an `error` report that
+    names the signal or hang, the case in flight and how to replay it."""
+    log = workdir / f"cases_{seed}.jsonl"
+    summary = workdir / f"summary_{seed}.json"
+    start = time.monotonic()
+    rc, out = run_program(["--cases", str(cases), "--seed", str(seed),
+                           "--log", str(log), "--summary", str(summary),
+                           *extra], log)
+    if rc == 0:
+        return dict(json.loads(summary.read_text()),
+                    seconds=time.monotonic() - start)
+    return {"error": failure(rc, out, log, f"fuzz batch seed={seed}")}
 
 
 @pytest.fixture(scope="module")
@@ -96,11 +134,22 @@ def fuzz_runs(tmp_path_factory) -> list[dict]:
     return runs
 
 
+@functools.lru_cache(maxsize=None)
+def _program():
+    """tests/programs/fuzz_ops.py as a module (its op list and fixed case
+    sets; this process has loaded the same op library)."""
+    spec = importlib.util.spec_from_file_location("fuzz_ops_program", PROGRAM)
+    module = importlib.util.module_from_spec(spec)
+    path = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:  # it puts tests/programs first on the path, to import its helper
+        sys.path[:] = path
+    return module
+
+
 def list_ops() -> list[str]:
-    listed = subprocess.run(
-        [sys.executable, str(PROGRAM), "--list-ops"], capture_output=True,
-        text=True, check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    return json.loads(listed.stdout.strip().splitlines()[-1])["ops"]
+    return _program().tnet_ops()
 
 
 def one_sided(by_op: dict, ops: list[str]) -> list[str]:
@@ -178,63 +227,84 @@ REGRESSIONS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(REGRESSIONS))
-def test_cases_that_once_aborted_are_rejected(name):
-    case = dict({"graph": False}, **REGRESSIONS[name])
-    # Shape inference errors surface as ValueError while tracing.
-    want = "python_rejected" if case["graph"] else "invalid_argument"
-    proc = subprocess.run(
-        [sys.executable, str(PROGRAM), "--replay", json.dumps(case)],
-        capture_output=True, text=True, timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1] == want
+HUGE_ZERO_ELEMENT_STRINGS = {
+    "op": "SparseTableExport", "handle": "hashtable", "graph": False,
+    "generic": True, "attrs": {"dim": 0}, "args": {
+        "cursor": {"value": 5, "shape": [2, 1, 4096], "dtype": "int64",
+                   "seed": 37860, "fill": "range"},
+        "max_rows": {"value": -2**40, "shape": [100000, 4096, 0],
+                     "seed": 65536, "fill": "with_inf", "dtype": "string"}}}
 
 
-def test_zero_element_string_input_of_huge_shape_is_cheap():
-    """make fuzz (seed 1795424297) lost a batch to the OOM killer: the
-    harness built a string tensor of shape [100000, 4096, 0] through nested
-    Python lists (24 GB). Replayed under a 6 GB data limit, so a regression
-    fails fast instead of exhausting the machine."""
-    case = {"op": "SparseTableExport", "handle": "hashtable", "graph": False,
-            "generic": True, "attrs": {"dim": 0}, "args": {
-                "cursor": {"value": 5, "shape": [2, 1, 4096],
-                           "dtype": "int64", "seed": 37860, "fill": "range"},
-                "max_rows": {"value": -2**40, "shape": [100000, 4096, 0],
-                             "seed": 65536, "fill": "with_inf",
-                             "dtype": "string"}}}
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory) -> dict:
+    """The fixed cases of the tests below, replayed in one process (one
+    TensorFlow start instead of one per test) under a 6 GB data limit,
+    so a regression of the huge string case fails fast instead of
+    exhausting the machine: {part: [(case, outcome)]}, or {"error": ...}
+    naming the case in flight if the process died or hung. The change
+    cases run last, in their order, on the pool the others left (every
+    earlier case is rejected and changes no table)."""
+    parts = {
+        "sweep": _program().shape_sweep_cases(),
+        "regressions": [dict({"graph": False}, **REGRESSIONS[name])
+                        for name in sorted(REGRESSIONS)],
+        "huge": [HUGE_ZERO_ELEMENT_STRINGS],
+        "changes": [dict(case, graph=mode) for case, _, _ in CHANGE_OP_CASES
+                    for mode in GRAPH_MODES],
+    }
+    workdir = tmp_path_factory.mktemp("replay")
+    cases = [c for part in parts.values() for c in part]
+    (workdir / "cases.json").write_text(json.dumps(cases))
+    log = workdir / "log.jsonl"
 
     def limit():
-        import resource
+        import resource  # noqa: PLC0415
         resource.setrlimit(resource.RLIMIT_DATA, (6 << 30, 6 << 30))
 
-    proc = subprocess.run(
-        [sys.executable, str(PROGRAM), "--replay", json.dumps(case)],
-        capture_output=True, text=True, timeout=300, preexec_fn=limit,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip().splitlines()[-1] in ("python_rejected",
-                                                     "invalid_argument")
+    rc, out = run_program(["--replay-file", str(workdir / "cases.json"),
+                           "--log", str(log)], log, preexec_fn=limit)
+    if rc != 0:
+        return {"error": failure(rc, out, log, "the fixed cases' replay")}
+    outcomes = iter(json.loads(out.strip().splitlines()[-1])["outcomes"])
+    return {name: [(c, next(outcomes)) for c in part]
+            for name, part in parts.items()}
+
+
+def _replayed(replayed, part):
+    if "error" in replayed:
+        pytest.fail(replayed["error"])
+    return replayed[part]
+
+
+@pytest.mark.parametrize("name", sorted(REGRESSIONS))
+def test_cases_that_once_aborted_are_rejected(replayed, name):
+    (case, got), = [(c, o) for c, o in _replayed(replayed, "regressions")
+                    if c == dict({"graph": False}, **REGRESSIONS[name])]
+    # Shape inference errors surface as ValueError while tracing.
+    want = "python_rejected" if case["graph"] else "invalid_argument"
+    assert got == want
+
+
+def test_zero_element_string_input_of_huge_shape_is_cheap(replayed):
+    """make fuzz (seed 1795424297) lost a batch to the OOM killer: the
+    harness built a string tensor of shape [100000, 4096, 0] through nested
+    Python lists (24 GB). Replayed under a 6 GB data limit (the fixture),
+    so a regression fails fast instead of exhausting the machine."""
+    (_, got), = _replayed(replayed, "huge")
+    assert got in ("python_rejected", "invalid_argument")
 
 
 def test_shape_functions_reject_every_extreme_dim_in_every_graph_mode(
-        tmp_path):
+        replayed):
     """Each op's shape function with dim 0, negative, above the maximum and
     at the int64 extremes, traced with known shapes, unknown dimensions and
     unknown rank: rejected every time, the process alive (it once aborted
     in InferenceContext on dim < 0)."""
-    log = tmp_path / "sweep.jsonl"
-    proc = subprocess.run(
-        [sys.executable, str(PROGRAM), "--shape-sweep", "--log", str(log)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    if proc.returncode != 0:
-        lines = log.read_text().splitlines() if log.exists() else []
-        pytest.fail(f"shape sweep exited {proc.returncode} at case "
-                    f"{lines[-1] if lines else '?'}\n{proc.stderr[-3000:]}")
-    outcomes = json.loads(proc.stdout.strip().splitlines()[-1])["outcomes"]
+    outcomes = _replayed(replayed, "sweep")
     assert len(outcomes) == 6 * 7 * 3
-    accepted = [o for o in outcomes if o[3] == "ok"]
+    accepted = [(c["op"], c["attrs"]["dim"], c["graph"])
+                for c, o in outcomes if o == "ok"]
     assert not accepted, accepted
 
 
@@ -288,29 +358,17 @@ CHANGE_OP_CASES = [
 ]
 
 
-def test_change_tracking_ops_reject_bad_inputs_in_every_mode(tmp_path):
+GRAPH_MODES = (False, True, "unknown_dims", "unknown_rank")
+
+
+def test_change_tracking_ops_reject_bad_inputs_in_every_mode(replayed):
     """SparseTableExportSince (since_step < -1, bad cursor / max_rows),
     SparseTableMarkChanges and SparseTableChanges, eagerly and traced with
     known shapes, unknown dimensions and unknown rank: bad inputs give
     InvalidArgument (or a shape-inference error while tracing), never a
     crash; good ones succeed."""
-    cases, want = [], []
-    for case, kernel, shape_fn in CHANGE_OP_CASES:
-        for mode in (False, True, "unknown_dims", "unknown_rank"):
-            cases.append(dict(case, graph=mode))
-            want.append(shape_fn if mode in (True, "unknown_dims")
-                        else kernel)
-    path = tmp_path / "cases.json"
-    path.write_text(json.dumps(cases))
-    log = tmp_path / "log.jsonl"
-    proc = subprocess.run(
-        [sys.executable, str(PROGRAM), "--replay-file", str(path), "--log",
-         str(log)], capture_output=True, text=True, timeout=600, cwd=ROOT,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    if proc.returncode != 0:
-        lines = log.read_text().splitlines() if log.exists() else []
-        pytest.fail(f"replay exited {proc.returncode} at case "
-                    f"{lines[-1] if lines else '?'}\n{proc.stderr[-3000:]}")
-    got = json.loads(proc.stdout.strip().splitlines()[-1])["outcomes"]
-    diff = [(c, w, g) for c, w, g in zip(cases, want, got) if w != g]
-    assert not diff, diff
+    want = [shape_fn if mode in (True, "unknown_dims") else kernel
+            for _, kernel, shape_fn in CHANGE_OP_CASES for mode in GRAPH_MODES]
+    got = _replayed(replayed, "changes")
+    diff = [(c, w, g) for (c, g), w in zip(got, want) if w != g]
+    assert len(got) == len(want) and not diff, diff

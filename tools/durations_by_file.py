@@ -8,10 +8,16 @@ to the file of the test). Rows are test files, largest first (by the first
 run); the columns are seconds and tests run per file in each run, and the
 last row the sums. Under pytest-xdist the seconds are per worker, so they
 add to more than the wall time; the wall time is the run's last line.
+
+    python tools/durations_by_file.py --write-order tests/file_seconds.json LOG
+
+writes the seconds per file of one run as JSON instead: tests/conftest.py
+orders the files by it, largest first, for make test's workers.
 """
 from __future__ import annotations
 
 import collections
+import json
 import re
 import sys
 
@@ -37,6 +43,14 @@ def parse(path: str):
 
 
 def main(paths: list[str]) -> None:
+    if paths and paths[0] == "--write-order":
+        out, log = paths[1], paths[2]
+        seconds = parse(log)[0]
+        ordered = {k: round(v, 1) for k, v in
+                   sorted(seconds.items(), key=lambda kv: -kv[1])}
+        with open(out, "w") as f:
+            f.write(json.dumps(ordered, indent=1) + "\n")
+        return
     runs = [parse(p) for p in paths]
     files = sorted(set().union(*(r[0] for r in runs)),
                    key=lambda k: -runs[0][0].get(k, 0.0))
