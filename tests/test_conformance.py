@@ -13,8 +13,8 @@ forms (a table read by a ragged and a `[B]` column at once), goes through:
   a process that never imports tnet -> predictions equal to the model's.
 
 The models live in tests/programs/conformance_models.py. The fresh-process
-steps run once for each half of the cases (one restoring process, one
-loading process) to keep the matrix fast.
+steps run once for all the cases (one restoring process, one loading
+process) to keep the matrix fast.
 """
 from __future__ import annotations
 
@@ -62,24 +62,13 @@ def _fresh_env():
     return env
 
 
-# The matrix is built in two halves, each by its own module fixture: under
-# pytest-xdist (make test) the halves build side by side, each on one
-# worker (the xdist_group of its cases).
-HALVES = 2
-
-
-def _half(case) -> int:
-    return CASES.index(case) % HALVES
-
-
+# The whole matrix is built by one module fixture: one restoring and one
+# loading process for all the cases. (Built in two halves, one per
+# pytest-xdist worker, it cost two more Python + TensorFlow starts; make
+# test sends a file to one worker, so the halves did not overlap.)
 @pytest.fixture(scope="module")
-def matrix_0(tmp_path_factory):
-    return _matrix([c for c in CASES if _half(c) == 0], tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def matrix_1(tmp_path_factory):
-    return _matrix([c for c in CASES if _half(c) == 1], tmp_path_factory)
+def matrix(tmp_path_factory):
+    return _matrix(CASES, tmp_path_factory)
 
 
 def _matrix(cases, tmp_path_factory):
@@ -135,11 +124,9 @@ def _matrix(cases, tmp_path_factory):
     return results
 
 
-@pytest.mark.parametrize("case", [
-    pytest.param(c, marks=pytest.mark.xdist_group(f"conformance-{_half(c)}"))
-    for c in CASES], ids=cm.case_id)
-def test_fit_restore_export_serve(request, case):
-    r = request.getfixturevalue(f"matrix_{_half(case)}")[case]
+@pytest.mark.parametrize("case", CASES, ids=cm.case_id)
+def test_fit_restore_export_serve(matrix, case):
+    r = matrix[case]
     # fit trained: finite losses, rows were created in every table.
     assert np.all(np.isfinite(r["loss"])), r["loss"]
     assert r["rows"] and all(n > 0 for n in r["rows"].values()), r["rows"]

@@ -213,6 +213,7 @@ def _grpc_predict(address, probe):
 
 
 def _follow_cli(export, address, *flags, env_extra=None):
+    """`python -m tnet.serving.follow ... --once` in its own process."""
     env = {k: v for k, v in os.environ.items() if k != update_key.ENV_VAR}
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))) + os.pathsep + env.get("PYTHONPATH", "")
@@ -224,15 +225,42 @@ def _follow_cli(export, address, *flags, env_extra=None):
         capture_output=True, text=True, env=env, timeout=300)
 
 
+def _follow_main(export, address, *flags, env_extra=None):
+    """The same command line through `follow.main`, the function
+    `python -m tnet.serving.follow` runs, in this process (a Python and
+    TensorFlow start saved per call; the CLI's own process, its exit code
+    and its stderr are checked by _follow_cli runs in
+    test_follow_cli_grpc_target_without_tnet and by
+    test_follow_error_is_its_only_output_line): its exit code and what
+    it wrote to stderr."""
+    import contextlib  # noqa: PLC0415
+    import io  # noqa: PLC0415
+    saved = os.environ.pop(update_key.ENV_VAR, None)
+    os.environ.update(env_extra or {})
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            code = follow.main(["--export_dir", export, "--target",
+                                f"grpc://{address}/ranker", "--once",
+                                *flags])
+    finally:
+        for k in env_extra or {}:
+            os.environ.pop(k, None)
+        if saved is not None:
+            os.environ[update_key.ENV_VAR] = saved
+    return subprocess.CompletedProcess([], code, "", err.getvalue())
+
+
 def test_follow_cli_grpc_target_without_tnet(setup, tmp_path):
     model, rng, export = setup
     probe = _probe()
     proc, address = _start_server(export, tmp_path)
     try:
-        for _ in range(2):
+        # The CLI in its own process, then the same through follow.main.
+        for run in (_follow_cli, _follow_main):
             _fit(model, rng, 2, hi=300)
             tn.serving.publish_delta(model, export, compact_at=None)
-            done = _follow_cli(export, address)
+            done = run(export, address)
             assert done.returncode == 0, done.stderr
             np.testing.assert_allclose(_grpc_predict(address, probe),
                                        _trained(model, probe), atol=TOL)
@@ -242,7 +270,7 @@ def test_follow_cli_grpc_target_without_tnet(setup, tmp_path):
         assert record["version"] == 2
         # Nothing new: a second run applies nothing and changes nothing.
         state = _grpc_predict(address, probe)
-        assert _follow_cli(export, address).returncode == 0
+        assert _follow_main(export, address).returncode == 0
         np.testing.assert_array_equal(_grpc_predict(address, probe), state)
     finally:
         proc.kill()
@@ -250,7 +278,7 @@ def test_follow_cli_grpc_target_without_tnet(setup, tmp_path):
     # The replica restarts from the base: the follower replays 1 and 2.
     proc, address = _start_server(export, tmp_path)
     try:
-        done = _follow_cli(export, address)
+        done = _follow_main(export, address)
         assert done.returncode == 0, done.stderr
         np.testing.assert_allclose(_grpc_predict(address, probe),
                                    _trained(model, probe), atol=TOL)
@@ -467,7 +495,7 @@ def test_grpc_anonymous_client_cannot_change_what_is_served(setup,
         # The follower with the key file.
         _fit(model, rng, 2, hi=300)
         tn.serving.publish_delta(model, export, compact_at=None)
-        done = _follow_cli(export, address, "--update_key_file", key_file)
+        done = _follow_main(export, address, "--update_key_file", key_file)
         assert done.returncode == 0, done.stderr
         np.testing.assert_allclose(_grpc_predict(address, probe),
                                    _trained(model, probe), atol=TOL)
@@ -479,7 +507,7 @@ def test_grpc_anonymous_client_cannot_change_what_is_served(setup,
         tn.serving.publish_delta(model, export, compact_at=None)
         state = _grpc_predict(address, probe)
         for env in ({}, {update_key.ENV_VAR: update_key.new_key()}):
-            done = _follow_cli(export, address, env_extra=env)
+            done = _follow_main(export, address, env_extra=env)
             assert done.returncode == 2, done.stderr
             ours = [line for line in done.stderr.splitlines()
                     if line.startswith("tnet.serving.follow:")]
@@ -487,7 +515,7 @@ def test_grpc_anonymous_client_cannot_change_what_is_served(setup,
                 done.stderr
             np.testing.assert_array_equal(_grpc_predict(address, probe),
                                           state)
-        done = _follow_cli(export, address, env_extra={
+        done = _follow_main(export, address, env_extra={
             update_key.ENV_VAR: f"{update_key.new_key()},{key}"})
         assert done.returncode == 0, done.stderr
         np.testing.assert_allclose(_grpc_predict(address, probe),
@@ -785,8 +813,8 @@ def test_cli_publishes_deltas_that_bring_the_base_to_the_trained_model(
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from support import byod_data as bd  # noqa: PLC0415
     bd.write_spec(tmp_path / "spec.json")
-    train = bd.write_tfrecord(tmp_path / "train.tfrecord", bd.rows(900, 1))
-    evals = bd.write_tfrecord(tmp_path / "eval.tfrecord", bd.rows(200, 2))
+    train = bd.write_tfrecord(tmp_path / "train.tfrecord", bd.rows(300, 1))
+    evals = bd.write_tfrecord(tmp_path / "eval.tfrecord", bd.rows(100, 2))
     export_dir, run = tmp_path / "export", tmp_path / "run"
     cmd = [sys.executable, "-m", "tnet.train",
            f"--feature_spec={tmp_path / 'spec.json'}", "--format=tfrecord",
@@ -817,8 +845,9 @@ def test_cli_publishes_deltas_that_bring_the_base_to_the_trained_model(
     assert update_key.matches(deltas.read_info(base)["update_key"], keys[1])
     assert f"publishing deltas to {base}" in res.stdout
     assert summary["export"]["updatable"] and summary["published"]
-    # 2 epochs of ceil(900 / 64) = 15 steps: every 3rd step, and the end.
-    assert len(deltas.list_deltas(base)) == len(summary["published"]) >= 10
+    # 2 epochs of ceil(300 / 64) = 5 steps: steps 3, 6, 9, and the end
+    # (10; a batch of 44 rows ends each epoch).
+    assert len(deltas.list_deltas(base)) == len(summary["published"]) == 4
     loaded = tf.saved_model.load(base)
     target = follow.InProcessTarget(loaded)
     follower = follow.Follower(base, [target], say=lambda m: None)
