@@ -507,3 +507,50 @@ def test_every_format_streams_the_readers_batches(tmp_path, spec, fmt):
         for x, y in zip(flat_a, flat_b):
             assert x.dtype == y.dtype and x.numpy().tolist() == y.numpy().tolist()
     assert stream.examples_consumed == 65  # no callback: counted as yielded
+
+
+def test_a_transient_read_error_is_retried_not_recorded_as_bad(
+        tmp_path, spec, monkeypatch, caplog):
+    """An I/O error while reading a landed file (at the checksum, then at
+    the decode) is not a damaged file: it is named, read again later and
+    trained once, with the files after it trained meanwhile."""
+    from tnet.data import readers  # noqa: PLC0415
+    from tnet.data import stream as stream_lib  # noqa: PLC0415
+    data = tmp_path / "in"
+    flaky = _land(data, "t-001.tfrecord", bd.rows(40, seed=1))
+    _land(data, "t-002.tfrecord", bd.rows(30, seed=2))
+    failures = {"checksum": 2, "decode": 1}
+    real_checksum, real_dataset = stream_lib._checksum, readers.spec_dataset
+
+    def checksum(path):
+        if path == str(flaky) and failures["checksum"]:
+            failures["checksum"] -= 1
+            raise OSError(5, "Input/output error", path)
+        return real_checksum(path)
+
+    def dataset(spec_, files, *args, **kwargs):
+        if files == [str(flaky)] and failures["decode"]:
+            failures["decode"] -= 1
+            raise tf.errors.UnavailableError(None, None, "store not answering")
+        return real_dataset(spec_, files, *args, **kwargs)
+
+    monkeypatch.setattr(stream_lib, "_checksum", checksum)
+    monkeypatch.setattr(readers, "spec_dataset", dataset)
+    stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=1.5,
+                        bad_files="fail")
+    model = _model(spec)
+    ckpt = tn.callbacks.StreamCheckpoint(tmp_path / "ckpt", stream, verbose=0)
+    with caplog.at_level("WARNING"):
+        model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH),
+                  callbacks=[ckpt], verbose=0)
+    assert failures == {"checksum": 0, "decode": 0}
+    assert stream.failure is None and stream.bad_files_found == 0
+    assert stream.read_retries == 3
+    saved = tn.saving.read_state(ckpt.last_saved_path, "stream")["files"]
+    assert {os.path.basename(p): (e["status"], e["examples"])
+            for p, e in saved.items()} == {"t-001.tfrecord": ("ok", 40),
+                                           "t-002.tfrecord": ("ok", 30)}
+    assert int(model.optimizer.iterations.numpy()) == 2 + 1
+    text = caplog.text
+    assert f"{flaky}: cannot read it now" in text and "Input/output error" in text
+    assert "store not answering" in text and "not a damaged file" in text
