@@ -198,29 +198,55 @@ def test_a_late_file_and_a_damaged_file(tmp_path, spec):
         "f-001.tfrecord", "f-002.tfrecord"]
 
 
-def test_files_landing_faster_than_training_are_all_trained(tmp_path, spec):
+def test_files_landing_faster_than_training_are_all_trained(tmp_path, spec,
+                                                            caplog):
+    """Nothing dropped; the lag metric grows while training is behind and
+    the log says so."""
+    from prometheus_client.parser import (  # noqa: PLC0415
+        text_string_to_metric_families)
     data = tmp_path / "in"
     data.mkdir()
     n_files, rows = 24, 50
     stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=1.5)
+    stream.behind_log_seconds = 0.2
+    metrics = tn.monitoring.TrainerMetrics(stream)
+    lags = []
+
+    def scrape(path, entry):  # as each file is trained
+        for family in text_string_to_metric_families(metrics.exposition()):
+            if family.name == "tnet_stream_lag_seconds":
+                lags.append(family.samples[0].value)
+
+    counted = stream.on_consume  # the metrics' hook
+    stream.on_consume = lambda p, e: (counted(p, e), scrape(p, e))
 
     def writer():
         for i in range(n_files):
             _land(data, f"e-{i:04d}.tfrecord.gz", bd.rows(rows, seed=i),
                   gzip_it=True)
 
+    class Slow(tf_keras.callbacks.Callback):  # training slower than landing
+        def on_train_batch_end(self, batch, logs=None):
+            time.sleep(0.05)
+
     thread = threading.Thread(target=writer)
     thread.start()
     model = _model(spec)
     ckpt = tn.callbacks.StreamCheckpoint(tmp_path / "ckpt", stream,
                                          every_n_files=5, verbose=0)
-    model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH,
-                                     queue_batches=4),
-              callbacks=[ckpt], verbose=0)
+    with caplog.at_level("WARNING"):
+        model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH,
+                                         queue_batches=4),
+                  callbacks=[ckpt, Slow()], verbose=0)
     thread.join()
     assert stream.files_consumed == n_files
     assert stream.examples_consumed == n_files * rows
     assert int(model.optimizer.iterations.numpy()) == n_files * -(-rows // BATCH)
+    # 2 steps of >= 50 ms per file, landed within a fraction of that.
+    assert len(lags) == n_files
+    assert lags[-1] > lags[0] + 1.0, lags
+    assert "training is behind: " in caplog.text
+    assert "Nothing is dropped" in caplog.text
 
 
 def test_read_state_checks_the_file(tmp_path, spec):

@@ -207,6 +207,10 @@ class FileStream:
         self.on_consume = None  # called (path, entry) as each file is done
         self.stop_reason: Optional[str] = None
         self.listings = 0
+        # Training is behind when 2 or more landed files wait: said in the
+        # log at most every behind_log_seconds.
+        self.behind_log_seconds = 60.0
+        self._behind_said = -float("inf")
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -332,6 +336,20 @@ class FileStream:
                 self.pending.remove(entry["path"])
         if self.on_consume is not None:
             self.on_consume(entry["path"], entry)
+
+    def _say_if_behind(self) -> None:
+        n, oldest = self.pending_state()
+        now = time.monotonic()
+        if n < 2 or now - self._behind_said < self.behind_log_seconds:
+            return
+        self._behind_said = now
+        wall = time.time()
+        lag = (f"{wall - self.newest_trained_mtime:.1f} s"
+               if self.newest_trained_mtime is not None else "no file yet")
+        _log(f"training is behind: {n} landed files not trained, the oldest "
+             f"written {wall - (oldest or wall):.1f} s ago; lag (now minus "
+             f"the newest trained file's time) {lag}. Nothing is dropped: "
+             "they are trained in name order")
 
     def pending_state(self):
         """(files landed and not trained at the newest listing, the oldest
@@ -501,6 +519,7 @@ class _Feed:
                 now = time.monotonic()
                 todo = [p for p in stream.poll() if p not in self.inflight
                         and self.retry.get(p, (0, 0.0))[1] <= now]
+                stream._say_if_behind()  # noqa: SLF001
                 if not todo and not self.queue.empty():
                     last_new = time.monotonic()  # idle once training caught up
                 if not todo:
