@@ -580,3 +580,74 @@ def test_a_transient_read_error_is_retried_not_recorded_as_bad(
     text = caplog.text
     assert f"{flaky}: cannot read it now" in text and "Input/output error" in text
     assert "store not answering" in text and "not a damaged file" in text
+
+
+def test_follower_killed_and_server_restarted_while_streaming(tmp_path, spec):
+    """The follower dies (a new one starts from the records and the
+    replica's own version) and later the server restarts from the base
+    (the follower replays every delta): after the stream, what is served
+    is what the trainer holds."""
+    from tnet.serving import follow  # noqa: PLC0415
+    data = tmp_path / "in"
+    first = _land(data, "r-000.tfrecord", bd.rows(50, seed=0))
+    probe, _ = next(iter(spec.dataset(str(first), "tfrecord", 50)))
+    model = _model(spec)
+    model(probe, training=False)
+    export = str(tmp_path / "export" / "1")
+    tn.saving.export_for_serving(model, export, updatable=True)
+    stream = FileStream(str(data), poll_seconds=0.05)  # stopped below
+    said = []
+    server = {"loaded": tf.saved_model.load(export), "starts": 1}
+
+    def new_follower():
+        return follow.Follower(export, [follow.InProcessTarget(
+            server["loaded"], name="replica")], say=said.append)
+
+    follower = new_follower()
+    versions = []
+
+    def writer():  # a file once the one before is trained and published
+        try:
+            land_after_each(5)
+        finally:
+            stream.stop("the test's writer is done")
+
+    def land_after_each(n):
+        nonlocal follower
+        deadline = time.monotonic() + 600
+        for i in range(1, n + 1):
+            while stream.files_consumed < i or len(publisher.published) < i:
+                assert time.monotonic() < deadline and not stream.stopping
+                time.sleep(0.02)
+            if i == n:
+                return
+            versions.append(follower.step()["replica"])
+            if i == 2:
+                follower = new_follower()  # the old one is gone mid-stream
+            if i == 3:  # the model server restarts: back at the base
+                server["loaded"] = tf.saved_model.load(export)
+                server["starts"] += 1
+                follower = new_follower()
+            _land(data, f"r-{i:03d}.tfrecord", bd.rows(40, seed=i))
+
+    thread = threading.Thread(target=writer)
+    ckpt = tn.callbacks.StreamCheckpoint(tmp_path / "ckpt", stream, verbose=0)
+    publisher = tn.callbacks.PublishDeltas(export, every_seconds=3600,
+                                           compact_at=None, stream=stream)
+    thread.start()
+    model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH),
+              callbacks=[ckpt, publisher], verbose=0)
+    thread.join()
+    assert versions == [1, 2, 3, 4]
+    assert stream.files_consumed == 5
+    assert len(publisher.published) == 5
+    assert follower.step() == {"replica": 5}
+    # The restarted server was replayed from the base: 1 ... 5 applied.
+    assert any("it restarted; replaying from 1" in m for m in said), said
+    applied = [m for m in said if ": applied delta-" in m]
+    assert [m.rsplit("-", 1)[1] for m in applied] == [
+        f"{v:06d}" for v in (1, 2, 3, 1, 2, 3, 4, 5)]
+    served = server["loaded"].signatures["serving_default"](**_padded(probe))
+    served = next(iter(served.values())).numpy().reshape(-1)
+    trained = model(probe, training=False).numpy().reshape(-1)
+    np.testing.assert_allclose(served, trained, atol=1e-5)
