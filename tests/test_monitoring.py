@@ -144,7 +144,7 @@ def test_follower_metrics_per_replica(tmp_path):
     model.compile(tn.optimizer.Adagrad(0.05))
     model.fit(data.take(1), verbose=0)
     export = str(tmp_path / "export" / "1")
-    tn.saving.export_for_serving(model, export, updatable=True)
+    tn.serving.export_for_serving(model, export, updatable=True)
     loaded = tf.saved_model.load(export)
 
     class Down:
@@ -160,10 +160,10 @@ def test_follower_metrics_per_replica(tmp_path):
     try:
         for _ in range(2):
             model.fit(data, verbose=0)
-            tn.saving.publish_delta(model, export, compact_at=None)
+            tn.serving.publish_delta(model, export, compact_at=None)
         assert follower.step() == {"replica-a": 2}
         model.fit(data, verbose=0)
-        path = tn.saving.publish_delta(model, export, compact_at=None)
+        path = tn.serving.publish_delta(model, export, compact_at=None)
         with open(os.path.join(path, fresh.PAYLOAD), "r+b") as f:
             f.truncate(100)
         with pytest.raises(fresh.DeltaError, match="checksum"):

@@ -594,7 +594,7 @@ def test_follower_killed_and_server_restarted_while_streaming(tmp_path, spec):
     model = _model(spec)
     model(probe, training=False)
     export = str(tmp_path / "export" / "1")
-    tn.saving.export_for_serving(model, export, updatable=True)
+    tn.serving.export_for_serving(model, export, updatable=True)
     stream = FileStream(str(data), poll_seconds=0.05)  # stopped below
     said = []
     server = {"loaded": tf.saved_model.load(export), "starts": 1}

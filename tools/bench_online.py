@@ -340,7 +340,7 @@ def _r(x):
 
 
 def delta_sizes(export: str) -> dict:
-    from tnet.saving import fresh  # noqa: PLC0415
+    from tnet.serving import deltas as fresh  # noqa: PLC0415
     rows, sizes = [], []
     for v in fresh.list_deltas(export):
         manifest = fresh.read_manifest(export, v)
