@@ -268,7 +268,19 @@ class _Collector:
 class FollowerMetrics:
     """The metrics of a follower (tnet.serving.follow), per target, in
     their own registry. The follower calls `polled`, `applied`, `refused`
-    and `error`; a scrape reads them."""
+    and `error`; a scrape reads them.
+
+    Args:
+      registry: a prometheus_client registry (default: a new one).
+
+    Example:
+        ```python
+        follower = follow.Follower("/models/ranker/1", targets)
+        follower.metrics = tn.monitoring.FollowerMetrics()
+        port = follower.metrics.serve(9101)
+        follower.step()
+        ```
+    """
 
     def __init__(self, registry=None):
         import prometheus_client as pc  # noqa: PLC0415
@@ -306,19 +318,43 @@ class FollowerMetrics:
         self.server = None
 
     def polled(self, target: str, version: int, published: int) -> None:
+        """After a poll of `target`.
+
+        Args:
+          target: the target's name.
+          version: the delta version it serves.
+          published: the newest delta version in its export.
+        """
         self.version.labels(target).set(version)
         self.published.labels(target).set(published)
 
     def applied(self, target: str, version: int, seconds: float) -> None:
+        """After a delta is applied to `target`.
+
+        Args:
+          target: the target's name.
+          version: the delta's version.
+          seconds: how long the apply took.
+        """
         self.applied_total.labels(target).inc()
         self.apply_seconds.labels(target).observe(seconds)
         self.last_apply.labels(target).set(time.time())
         self.version.labels(target).set(version)
 
     def refused(self, target: str) -> None:
+        """After a poll of `target` refused a delta.
+
+        Args:
+          target: the target's name.
+        """
         self.refused_total.labels(target).inc()
 
     def error(self, target: str) -> None:
+        """After a poll where `target` did not answer.
+
+        Args:
+          target: the target's name.
+        """
         self.errors_total.labels(target).inc()
 
     serve = TrainerMetrics.serve
