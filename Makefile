@@ -25,7 +25,7 @@ docs: $(DOCS_STAMP)
 docs-serve: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve
 
-.PHONY: docs docs-serve wheel-check demo test flaky test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh bench-tier bench-pss-bytes
+.PHONY: docs docs-serve wheel-check demo test flaky test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh bench-online bench-tier bench-pss-bytes
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -168,6 +168,13 @@ bench-scale: build
 FRESH_ROWS ?= 10000000
 bench-fresh: build
 	$(PY) tools/bench_fresh.py --rows $(FRESH_ROWS)
+
+# Online training, click to served, measured end to end (issue 55): a
+# writer lands a file every 2 s at 10k events/s, the trainer streams and
+# publishes, the follower applies to a server without tnet, a prober waits
+# for new ids' predictions to move; then throughput publishing vs not.
+bench-online: build
+	$(PY) tools/bench_online.py
 
 # Tables larger than memory: a disk tier (TIER_ROWS rows, TIER_BUDGET_GB of
 # rows in memory) against the in-memory table at TIER_MEM_ROWS, Zipf ids.

@@ -198,29 +198,55 @@ def test_a_late_file_and_a_damaged_file(tmp_path, spec):
         "f-001.tfrecord", "f-002.tfrecord"]
 
 
-def test_files_landing_faster_than_training_are_all_trained(tmp_path, spec):
+def test_files_landing_faster_than_training_are_all_trained(tmp_path, spec,
+                                                            caplog):
+    """Nothing dropped; the lag metric grows while training is behind and
+    the log says so."""
+    from prometheus_client.parser import (  # noqa: PLC0415
+        text_string_to_metric_families)
     data = tmp_path / "in"
     data.mkdir()
     n_files, rows = 24, 50
     stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=1.5)
+    stream.behind_log_seconds = 0.2
+    metrics = tn.monitoring.TrainerMetrics(stream)
+    lags = []
+
+    def scrape(path, entry):  # as each file is trained
+        for family in text_string_to_metric_families(metrics.exposition()):
+            if family.name == "tnet_stream_lag_seconds":
+                lags.append(family.samples[0].value)
+
+    counted = stream.on_consume  # the metrics' hook
+    stream.on_consume = lambda p, e: (counted(p, e), scrape(p, e))
 
     def writer():
         for i in range(n_files):
             _land(data, f"e-{i:04d}.tfrecord.gz", bd.rows(rows, seed=i),
                   gzip_it=True)
 
+    class Slow(tf_keras.callbacks.Callback):  # training slower than landing
+        def on_train_batch_end(self, batch, logs=None):
+            time.sleep(0.05)
+
     thread = threading.Thread(target=writer)
     thread.start()
     model = _model(spec)
     ckpt = tn.callbacks.StreamCheckpoint(tmp_path / "ckpt", stream,
                                          every_n_files=5, verbose=0)
-    model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH,
-                                     queue_batches=4),
-              callbacks=[ckpt], verbose=0)
+    with caplog.at_level("WARNING"):
+        model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH,
+                                         queue_batches=4),
+                  callbacks=[ckpt, Slow()], verbose=0)
     thread.join()
     assert stream.files_consumed == n_files
     assert stream.examples_consumed == n_files * rows
     assert int(model.optimizer.iterations.numpy()) == n_files * -(-rows // BATCH)
+    # 2 steps of >= 50 ms per file, landed within a fraction of that.
+    assert len(lags) == n_files
+    assert lags[-1] > lags[0] + 1.0, lags
+    assert "training is behind: " in caplog.text
+    assert "Nothing is dropped" in caplog.text
 
 
 def test_read_state_checks_the_file(tmp_path, spec):
@@ -511,3 +537,121 @@ def test_every_format_streams_the_readers_batches(tmp_path, spec, fmt):
         for x, y in zip(flat_a, flat_b):
             assert x.dtype == y.dtype and x.numpy().tolist() == y.numpy().tolist()
     assert stream.examples_consumed == 65  # no callback: counted as yielded
+
+
+def test_a_transient_read_error_is_retried_not_recorded_as_bad(
+        tmp_path, spec, monkeypatch, caplog):
+    """An I/O error while reading a landed file (at the checksum, then at
+    the decode) is not a damaged file: it is named, read again later and
+    trained once, with the files after it trained meanwhile."""
+    from tnet.data import readers  # noqa: PLC0415
+    from tnet.data import stream as stream_lib  # noqa: PLC0415
+    data = tmp_path / "in"
+    flaky = _land(data, "t-001.tfrecord", bd.rows(40, seed=1))
+    _land(data, "t-002.tfrecord", bd.rows(30, seed=2))
+    failures = {"checksum": 2, "decode": 1}
+    real_checksum, real_dataset = stream_lib._checksum, readers.spec_dataset
+
+    def checksum(path):
+        if path == str(flaky) and failures["checksum"]:
+            failures["checksum"] -= 1
+            raise OSError(5, "Input/output error", path)
+        return real_checksum(path)
+
+    def dataset(spec_, files, *args, **kwargs):
+        if files == [str(flaky)] and failures["decode"]:
+            failures["decode"] -= 1
+            raise tf.errors.UnavailableError(None, None, "store not answering")
+        return real_dataset(spec_, files, *args, **kwargs)
+
+    monkeypatch.setattr(stream_lib, "_checksum", checksum)
+    monkeypatch.setattr(readers, "spec_dataset", dataset)
+    stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=1.5,
+                        bad_files="fail")
+    model = _model(spec)
+    ckpt = tn.callbacks.StreamCheckpoint(tmp_path / "ckpt", stream, verbose=0)
+    with caplog.at_level("WARNING"):
+        model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH),
+                  callbacks=[ckpt], verbose=0)
+    assert failures == {"checksum": 0, "decode": 0}
+    assert stream.failure is None and stream.bad_files_found == 0
+    assert stream.read_retries == 3
+    saved = tn.saving.read_state(ckpt.last_saved_path, "stream")["files"]
+    assert {os.path.basename(p): (e["status"], e["examples"])
+            for p, e in saved.items()} == {"t-001.tfrecord": ("ok", 40),
+                                           "t-002.tfrecord": ("ok", 30)}
+    assert int(model.optimizer.iterations.numpy()) == 2 + 1
+    text = caplog.text
+    assert f"{flaky}: cannot read it now" in text and "Input/output error" in text
+    assert "store not answering" in text and "not a damaged file" in text
+
+
+def test_follower_killed_and_server_restarted_while_streaming(tmp_path, spec):
+    """The follower dies (a new one starts from the records and the
+    replica's own version) and later the server restarts from the base
+    (the follower replays every delta): after the stream, what is served
+    is what the trainer holds."""
+    from tnet.serving import follow  # noqa: PLC0415
+    data = tmp_path / "in"
+    first = _land(data, "r-000.tfrecord", bd.rows(50, seed=0))
+    probe, _ = next(iter(spec.dataset(str(first), "tfrecord", 50)))
+    model = _model(spec)
+    model(probe, training=False)
+    export = str(tmp_path / "export" / "1")
+    tn.serving.export_for_serving(model, export, updatable=True)
+    stream = FileStream(str(data), poll_seconds=0.05)  # stopped below
+    said = []
+    server = {"loaded": tf.saved_model.load(export), "starts": 1}
+
+    def new_follower():
+        return follow.Follower(export, [follow.InProcessTarget(
+            server["loaded"], name="replica")], say=said.append)
+
+    follower = new_follower()
+    versions = []
+
+    def writer():  # a file once the one before is trained and published
+        try:
+            land_after_each(5)
+        finally:
+            stream.stop("the test's writer is done")
+
+    def land_after_each(n):
+        nonlocal follower
+        deadline = time.monotonic() + 600
+        for i in range(1, n + 1):
+            while stream.files_consumed < i or len(publisher.published) < i:
+                assert time.monotonic() < deadline and not stream.stopping
+                time.sleep(0.02)
+            if i == n:
+                return
+            versions.append(follower.step()["replica"])
+            if i == 2:
+                follower = new_follower()  # the old one is gone mid-stream
+            if i == 3:  # the model server restarts: back at the base
+                server["loaded"] = tf.saved_model.load(export)
+                server["starts"] += 1
+                follower = new_follower()
+            _land(data, f"r-{i:03d}.tfrecord", bd.rows(40, seed=i))
+
+    thread = threading.Thread(target=writer)
+    ckpt = tn.callbacks.StreamCheckpoint(tmp_path / "ckpt", stream, verbose=0)
+    publisher = tn.callbacks.PublishDeltas(export, every_seconds=3600,
+                                           compact_at=None, stream=stream)
+    thread.start()
+    model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH),
+              callbacks=[ckpt, publisher], verbose=0)
+    thread.join()
+    assert versions == [1, 2, 3, 4]
+    assert stream.files_consumed == 5
+    assert len(publisher.published) == 5
+    assert follower.step() == {"replica": 5}
+    # The restarted server was replayed from the base: 1 ... 5 applied.
+    assert any("it restarted; replaying from 1" in m for m in said), said
+    applied = [m for m in said if ": applied delta-" in m]
+    assert [m.rsplit("-", 1)[1] for m in applied] == [
+        f"{v:06d}" for v in (1, 2, 3, 1, 2, 3, 4, 5)]
+    served = server["loaded"].signatures["serving_default"](**_padded(probe))
+    served = next(iter(served.values())).numpy().reshape(-1)
+    trained = model(probe, training=False).numpy().reshape(-1)
+    np.testing.assert_allclose(served, trained, atol=1e-5)

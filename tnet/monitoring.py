@@ -19,8 +19,22 @@ Exposed (text format, scraped by Prometheus):
 * `tnet_train_step`, `tnet_last_checkpoint_timestamp_seconds`,
   `tnet_last_publish_timestamp_seconds` (with publishing),
   `tnet_table_rows{table=...}`.
+* `tnet_table_tier_lookups_total{table=...}`,
+  `tnet_table_tier_misses_total{table=...}` and
+  `tnet_table_tier_hit_rate{table=...}` (since the previous update) for a
+  table with a disk tier.
 * `process_resident_memory_bytes` and the other `process_*` metrics of
   prometheus_client's process collector.
+
+`FollowerMetrics` are those of `python -m tnet.serving.follow
+--metrics_port`, per served replica (label `target`):
+`tnet_follow_delta_version` (the version the replica serves, at the newest
+poll), `tnet_follow_published_version` (the newest delta in the export),
+`tnet_follow_deltas_applied_total`, `tnet_follow_deltas_refused_total` (a
+gap or a checksum mismatch: the replica stays where it was),
+`tnet_follow_errors_total` (the replica did not answer),
+`tnet_follow_apply_seconds` (histogram, per delta) and
+`tnet_follow_last_apply_timestamp_seconds`.
 
 Values of the stream are read when scraped; the step, checkpoint, publish
 and table rows are updated by the callback on the training thread (the
@@ -34,7 +48,7 @@ from typing import Optional
 
 import tf_keras
 
-__all__ = ["TrainerMetrics"]
+__all__ = ["TrainerMetrics", "FollowerMetrics"]
 
 BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, 300, 600,
            1800, 3600)
@@ -71,6 +85,7 @@ class TrainerMetrics:
         self.last_checkpoint: Optional[float] = None
         self.last_publish: Optional[float] = None
         self.table_rows: dict = {}
+        self.tier: dict = {}  # table -> (lookups, misses, hit rate)
         self.server = None
         self.registry.register(_Collector(self))
         if stream is not None:
@@ -156,6 +171,16 @@ class _Updater(tf_keras.callbacks.Callback):
             tables = getattr(self.model, "tables", None)
             if tables is not None:
                 m.table_rows = {n: int(t.size()) for n, t in tables().items()}
+                for n, t in tables().items():
+                    if getattr(t, "memory_budget_bytes", None):
+                        stats = t.stats()
+                        lookups = int(stats["tier_lookups"])
+                        misses = int(stats["tier_misses"])
+                        before = m.tier.get(n, (0, 0, 1.0))
+                        new = lookups - before[0]
+                        rate = (1.0 - (misses - before[1]) / new if new > 0
+                                else before[2])
+                        m.tier[n] = (lookups, misses, rate)
 
     def on_train_begin(self, logs=None):
         self._saved = (self.checkpoint.last_saved_path
@@ -223,3 +248,115 @@ class _Collector:
             for name, n in sorted(m.table_rows.items()):
                 rows.add_metric([name], n)
             yield rows
+        if m.tier:
+            families = (
+                CounterMetricFamily("tnet_table_tier_lookups",
+                                    "Rows looked up in a disk tier.",
+                                    labels=["table"]),
+                CounterMetricFamily("tnet_table_tier_misses",
+                                    "Rows of those read from disk.",
+                                    labels=["table"]),
+                GaugeMetricFamily("tnet_table_tier_hit_rate",
+                                  "Lookups found in memory, since the "
+                                  "previous update.", labels=["table"]))
+            for name, values in sorted(m.tier.items()):
+                for family, value in zip(families, values):
+                    family.add_metric([name], value)
+            yield from families
+
+
+class FollowerMetrics:
+    """The metrics of a follower (tnet.serving.follow), per target, in
+    their own registry. The follower calls `polled`, `applied`, `refused`
+    and `error`; a scrape reads them.
+
+    Args:
+      registry: a prometheus_client registry (default: a new one).
+
+    Example:
+        ```python
+        follower = follow.Follower("/models/ranker/1", targets)
+        follower.metrics = tn.monitoring.FollowerMetrics()
+        port = follower.metrics.serve(9101)
+        follower.step()
+        ```
+    """
+
+    def __init__(self, registry=None):
+        import prometheus_client as pc  # noqa: PLC0415
+        self._pc = pc
+        self.registry = registry or pc.CollectorRegistry()
+        pc.ProcessCollector(registry=self.registry)
+        label = ["target"]
+        self.version = pc.Gauge(
+            "tnet_follow_delta_version",
+            "The delta version the replica serves, at the newest poll.",
+            label, registry=self.registry)
+        self.published = pc.Gauge(
+            "tnet_follow_published_version",
+            "The newest delta version in the export the replica follows.",
+            label, registry=self.registry)
+        self.applied_total = pc.Counter(
+            "tnet_follow_deltas_applied", "Deltas applied to the replica.",
+            label, registry=self.registry)
+        self.refused_total = pc.Counter(
+            "tnet_follow_deltas_refused",
+            "Polls that refused a delta (a gap, a checksum mismatch, no "
+            "matching key): the replica keeps what it served.",
+            label, registry=self.registry)
+        self.errors_total = pc.Counter(
+            "tnet_follow_errors", "Polls where the replica did not answer.",
+            label, registry=self.registry)
+        self.apply_seconds = pc.Histogram(
+            "tnet_follow_apply_seconds", "Seconds to apply one delta.",
+            label, buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+                            30, 60), registry=self.registry)
+        self.last_apply = pc.Gauge(
+            "tnet_follow_last_apply_timestamp_seconds",
+            "Unix time of the newest delta applied to the replica.",
+            label, registry=self.registry)
+        self.server = None
+
+    def polled(self, target: str, version: int, published: int) -> None:
+        """After a poll of `target`.
+
+        Args:
+          target: the target's name.
+          version: the delta version it serves.
+          published: the newest delta version in its export.
+        """
+        self.version.labels(target).set(version)
+        self.published.labels(target).set(published)
+
+    def applied(self, target: str, version: int, seconds: float) -> None:
+        """After a delta is applied to `target`.
+
+        Args:
+          target: the target's name.
+          version: the delta's version.
+          seconds: how long the apply took.
+        """
+        self.applied_total.labels(target).inc()
+        self.apply_seconds.labels(target).observe(seconds)
+        self.last_apply.labels(target).set(time.time())
+        self.version.labels(target).set(version)
+
+    def refused(self, target: str) -> None:
+        """After a poll of `target` refused a delta.
+
+        Args:
+          target: the target's name.
+        """
+        self.refused_total.labels(target).inc()
+
+    def error(self, target: str) -> None:
+        """After a poll where `target` did not answer.
+
+        Args:
+          target: the target's name.
+        """
+        self.errors_total.labels(target).inc()
+
+    serve = TrainerMetrics.serve
+    close = TrainerMetrics.close
+    exposition = TrainerMetrics.exposition

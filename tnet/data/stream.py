@@ -38,6 +38,11 @@ older than the newest such compaction is taken as done. So a file must land
 within that age of its modification time; an older one is named in the
 log and not trained.
 
+A file that cannot be read for a while (an I/O error, a file system or
+object store that does not answer, the file gone since the listing) is
+not damaged: it is named in the log and read again at later polls (after
+1, 2, 4 ... up to 60 s), and stays pending until it reads.
+
 A damaged file (a record that cannot be read or does not match the spec)
 is named `file:record: why` and recorded as bad; with `bad_files="skip"`
 (default) training goes on, with "fail" the stream stops at the file
@@ -90,6 +95,15 @@ def _file_mtime(path: str) -> float:
     if "://" not in path:
         return os.stat(path).st_mtime
     return tf.io.gfile.stat(path).mtime_nsec / 1e9
+
+
+# Errors of reading a file that say nothing about its bytes: the file is
+# read again later, never recorded as bad.
+_TRANSIENT = (OSError, tf.errors.UnavailableError, tf.errors.NotFoundError,
+              tf.errors.DeadlineExceededError, tf.errors.AbortedError,
+              tf.errors.ResourceExhaustedError,
+              tf.errors.PermissionDeniedError, tf.errors.CancelledError)
+RETRY_MAX_SECONDS = 60.0
 
 
 def _is_data_name(base: str) -> bool:
@@ -193,6 +207,10 @@ class FileStream:
         self.on_consume = None  # called (path, entry) as each file is done
         self.stop_reason: Optional[str] = None
         self.listings = 0
+        # Training is behind when 2 or more landed files wait: said in the
+        # log at most every behind_log_seconds.
+        self.behind_log_seconds = 60.0
+        self._behind_said = -float("inf")
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -207,6 +225,7 @@ class FileStream:
         self.entries_consumed = 0  # files trained or recorded as bad
         self.examples_consumed = 0
         self.bad_files_found = 0
+        self.read_retries = 0  # reads that failed for a while (retried)
         self.newest_consumed: Optional[str] = None
         self.newest_trained_mtime: Optional[float] = None
 
@@ -318,6 +337,20 @@ class FileStream:
         if self.on_consume is not None:
             self.on_consume(entry["path"], entry)
 
+    def _say_if_behind(self) -> None:
+        n, oldest = self.pending_state()
+        now = time.monotonic()
+        if n < 2 or now - self._behind_said < self.behind_log_seconds:
+            return
+        self._behind_said = now
+        wall = time.time()
+        lag = (f"{wall - self.newest_trained_mtime:.1f} s"
+               if self.newest_trained_mtime is not None else "no file yet")
+        _log(f"training is behind: {n} landed files not trained, the oldest "
+             f"written {wall - (oldest or wall):.1f} s ago; lag (now minus "
+             f"the newest trained file's time) {lag}. Nothing is dropped: "
+             "they are trained in name order")
+
     def pending_state(self):
         """(files landed and not trained at the newest listing, the oldest
         one's modification time or None)."""
@@ -387,7 +420,9 @@ class _Reader:
         try:
             entry["mtime"] = _file_mtime(path)
             entry["size"], entry["sha256"] = _checksum(path)
-        except (tf.errors.OpError, OSError) as e:
+        except _TRANSIENT as e:
+            return dict(entry, status="retry", error=_first_line(e)), []
+        except tf.errors.OpError as e:
             return dict(entry, status="bad", size=0, sha256="", mtime=0.0,
                         examples=0, where=f"{path}: unreadable: {e}"), []
         stats = ReadStats(max_examples=0) if self.bad_rows == "skip" else None
@@ -409,6 +444,8 @@ class _Reader:
                 batches.append(tuple(t.numpy() for t in flat))
                 examples += int(flat[len(flat) - (2 if self.spec.weight
                                                   is not None else 1)].shape[0])
+        except _TRANSIENT as e:
+            return dict(entry, status="retry", error=_first_line(e)), []
         except Exception as e:  # noqa: BLE001  (named below, never raised)
             where = _where(self.spec, path, self.format, self.compression, e)
             return dict(entry, status="bad", examples=0, where=where), []
@@ -416,6 +453,11 @@ class _Reader:
         if stats is not None and stats.skipped:
             entry["skipped_rows"] = int(stats.skipped)
         return entry, batches
+
+
+def _first_line(error) -> str:
+    text = getattr(error, "message", None) or str(error) or repr(error)
+    return (text.strip().splitlines() or [repr(error)])[0][:300]
 
 
 def _where(spec, path, format, compression, error) -> str:
@@ -455,6 +497,7 @@ class _Feed:
                                        name="tnet-stream")
         self.closed = threading.Event()
         self.inflight: set = set()  # queued by this feed, not in the ledger
+        self.retry: Dict[str, tuple] = {}  # path -> (failures, next try)
 
     def _put(self, item) -> bool:
         while not self.closed.is_set():
@@ -473,7 +516,10 @@ class _Feed:
                     return
             last_new = time.monotonic()
             while not stream.stopping and not self.closed.is_set():
-                todo = [p for p in stream.poll() if p not in self.inflight]
+                now = time.monotonic()
+                todo = [p for p in stream.poll() if p not in self.inflight
+                        and self.retry.get(p, (0, 0.0))[1] <= now]
+                stream._say_if_behind()  # noqa: SLF001
                 if not todo and not self.queue.empty():
                     last_new = time.monotonic()  # idle once training caught up
                 if not todo:
@@ -488,6 +534,18 @@ class _Feed:
                     if stream.stopping or self.closed.is_set():
                         break
                     entry, batches = self.reader.read(path)
+                    if entry["status"] == "retry":
+                        failures = self.retry.get(path, (0, 0.0))[0] + 1
+                        wait = min(RETRY_MAX_SECONDS,
+                                   stream.poll_seconds * 2 ** (failures - 1))
+                        self.retry[path] = (failures, time.monotonic() + wait)
+                        stream.read_retries += 1
+                        _log(f"{path}: cannot read it now ({entry['error']}); "
+                             f"not a damaged file: reading it again in "
+                             f"{wait:g} s (attempt {failures + 1})")
+                        continue  # trained when it reads, as a late file
+                    if self.retry.pop(path, None) is not None:
+                        _log(f"{path}: read after earlier failures")
                     self.inflight.add(path)
                     if entry["status"] == "bad":
                         stream.bad_files_found += 1

@@ -211,6 +211,7 @@ class Follower:
         self.say = say or (lambda m: _log.info(f"[tnet.follow] {m}"))
         self.state_dir = os.path.join(deltas.deltas_dir(self.export_dir),
                                       "followers")
+        self.metrics = None  # a tn.monitoring.FollowerMetrics, or None
 
     def _load_keys(self) -> List[str]:
         return list(dict.fromkeys(self.given_keys + update_key.follower_keys(
@@ -253,6 +254,16 @@ class Follower:
                 out[target.name] = self._follow(target)
             except DeltaError as e:
                 errors.append(f"{target.name}: {e}")
+                if self.metrics is not None:
+                    self.metrics.refused(target.name)
+            except Exception:
+                if self.metrics is not None:
+                    self.metrics.error(target.name)
+                raise
+            if self.metrics is not None and target.name in out:
+                published = deltas.list_deltas(self.export_dir)
+                self.metrics.polled(target.name, out[target.name],
+                                    published[-1] if published else 0)
         if errors:
             raise DeltaError("; ".join(errors))
         return out
@@ -353,6 +364,14 @@ class Follower:
           version: the delta's number (the target must be at `version - 1`).
           payload: the delta's arrays (`tnet.serving.deltas.load_delta`).
         """
+        start = time.perf_counter()
+        self._apply(target, version, payload)
+        if self.metrics is not None:
+            self.metrics.applied(target.name, version,
+                                 time.perf_counter() - start)
+        self.say(f"{target.name}: applied {deltas.delta_name(version)}")
+
+    def _apply(self, target, version: int, payload) -> None:
         tables = self.info["tables"]
         version_arr = np.array(version, np.int64)
         key = self.key_for()
@@ -375,7 +394,6 @@ class Follower:
                 for j in range(len(self.info["dense"])):
                     inputs[f"dense_{j}"] = payload[f"dense_{j}"]
                 target.call(deltas.APPLY_DELTA, inputs)
-        self.say(f"{target.name}: applied {deltas.delta_name(version)}")
 
 
 def main(argv=None) -> int:
@@ -412,6 +430,11 @@ def main(argv=None) -> int:
     parser.add_argument("--allow_keyless_export", action="store_true",
                         help="also update exports written before update "
                              "keys (anyone can change those)")
+    parser.add_argument("--metrics_port", type=int, default=-1,
+                        help="serve Prometheus metrics on this port (0: "
+                             "any free port, logged; -1: off)")
+    parser.add_argument("--metrics_addr", default="0.0.0.0",
+                        help="the address the metrics endpoint listens on")
     tnet_log.add_verbosity_flag(parser)
     args = parser.parse_args(argv)
     tnet_log.set_verbosity(args.verbosity)
@@ -421,6 +444,13 @@ def main(argv=None) -> int:
                             update_key_file=args.update_key_file,
                             allow_keyless=args.allow_keyless_export)
         follower.key_for()  # a missing or wrong key: one line, exit 2
+        if args.metrics_port >= 0:
+            from tnet.monitoring import FollowerMetrics  # noqa: PLC0415
+            follower.metrics = FollowerMetrics()
+            port = follower.metrics.serve(args.metrics_port,
+                                          addr=args.metrics_addr)
+            _log.info(f"tnet.serving.follow: metrics on "
+                      f"http://{args.metrics_addr}:{port}/metrics")
     except (DeltaError, ValueError, OSError) as e:
         _log.error(f"tnet.serving.follow: {e}")
         return 2
