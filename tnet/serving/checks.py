@@ -80,7 +80,8 @@ def main() -> int:
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     sample = dict(np.load(args.sample, allow_pickle=False))
-    serve = tf.saved_model.load(args.export_dir).signatures["serving_default"]
+    loaded = tf.saved_model.load(args.export_dir)  # held while serving
+    serve = loaded.signatures["serving_default"]
     check = check_retrieval if "__ids__" in sample else check_ranking
     return 0 if check(serve, sample, args) else 1
 
