@@ -51,6 +51,25 @@ def test_only_the_cli_flags_module_reads_flags():
         k: v for k, v in uses.items() if k not in FLAG_READERS}
 
 
+def test_only_the_entry_imports_the_cli_wing():
+    """tnet/cli/ sits above the library: no module of tnet outside it but
+    the entry imports it (so `import tnet` defines and reads no flags)."""
+    importers = set()
+    for path in sorted(TNET.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names]
+                     if isinstance(node, ast.Import) else [])
+            if isinstance(node, ast.ImportFrom) and node.module == "tnet":
+                names += [f"tnet.{a.name}" for a in node.names]
+            if any(n == "tnet.cli" or n.startswith("tnet.cli.")
+                   for n in names):
+                importers.add(rel)
+    assert "tnet/train.py" in importers
+    assert {p for p in importers if not p.startswith("tnet/cli/")} == {
+        "tnet/train.py"}
+
 def test_flags_and_job_config_agree():
     """One flag per JobConfig field, its default the field's default."""
     import dataclasses  # noqa: PLC0415

@@ -9,5 +9,6 @@ then evaluation, summary and export), `daily.run_days` (--days),
 the callbacks of the lifecycle and publishing flags; `data` reads the
 job's files; `export` exports and checks the SavedModel without tnet.
 
-Nothing outside this folder imports it; it may import the rest of tnet.
+Only the entry module (tnet/train.py) imports it; it may import the rest
+of tnet, which never imports it (so `import tnet` reads no flags).
 """
