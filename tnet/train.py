@@ -13,11 +13,11 @@ runs the daily loop of tnet/cli/daily.py (resume, evaluate the day before
 training on it, train, checkpoint, export a new version).
 
 With no flags it runs the embedded default: Wide&Deep on synthetic data.
-
-This module is the entry point only: the flags, the JobConfig they are
-parsed into and the jobs live in tnet/cli/.
 """
 from __future__ import annotations
+
+# The entry point only (its docstring is --help's text): the flags, the
+# JobConfig they are parsed into and the jobs live in tnet/cli/.
 
 from absl import app, flags
 
