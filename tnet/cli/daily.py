@@ -268,7 +268,7 @@ def _ensure_publish_base(cfg: JobConfig, model, spec, days, done_step: int,
         _log.info(f"tnet.train: {target} exists and is not updatable: day "
               f"{todo[0]} publishes nothing (its own export is updatable)")
         return
-    files = _day_files(todo[0])
+    files = _day_files(cfg, todo[0])
     job = SpecJobData(cfg, False, spec, files, files, count=False)
     result = export_and_check(cfg, model, job, version=version,
                               sample_data=job.eval())
