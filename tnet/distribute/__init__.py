@@ -37,13 +37,3 @@ from tnet.distribute.strategy import (ParameterServerStrategy,
 from tnet.distribute.tf_config import (ClusterConfigError, parse_tf_config,
                                        unreachable_tasks)
 
-__all__ = [
-    "DEFAULT_MMAP_THRESHOLD", "DEFAULT_PS_TIMEOUT", "DEFAULT_STEP_TIMEOUT",
-    "DEFAULT_TOP_PAD", "EXIT_RESTART", "GRPC_DEFAULT_OPTIONS",
-    "ClusterConfigError", "LostTaskError", "MallocSettingError",
-    "ParameterServerStrategy", "blamed_ps", "exit_now", "explain_failure",
-    "is_parameter_server_strategy", "num_ps", "parse_tf_config",
-    "pin_mmap_threshold", "ps_timeout", "set_grpc_defaults", "set_top_pad",
-    "silent_ps", "steps_lost_note", "tasks_named_in", "through_ps_cut",
-    "unreachable_tasks", "_install_step_watchdog",
-]
