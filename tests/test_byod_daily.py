@@ -1,7 +1,7 @@
 """The daily loop of `python -m tnet.train --feature_spec ... --days`:
 killed with SIGKILL in the middle of a day and run again with the same
 command, it trains every day exactly once and keeps every checkpoint and
-export (tnet/train_daily.py)."""
+export (tnet/cli/daily.py)."""
 from __future__ import annotations
 
 import json
@@ -80,33 +80,29 @@ def test_daily_loop_resumes_after_kill(tmp_path):
 def test_a_failed_export_check_is_moved_aside_and_redone(tmp_path, monkeypatch):
     """A day's export that fails its no-tnet check must not stay as that
     day's version (a rerun would skip it): it is moved to a hidden name."""
-    from absl import flags  # noqa: PLC0415
-    import tnet.train  # noqa: F401,PLC0415  (defines the flags)
-    from tnet import train_daily  # noqa: PLC0415
+    from tnet.cli import daily  # noqa: PLC0415
+    from tnet.cli.config import JobConfig  # noqa: PLC0415
     bd.write_spec(tmp_path / "spec.json")
     bd.write_tfrecord(tmp_path / "data" / DAYS[0] / "part-0.tfrecord",
                       bd.rows(64, 0))
     export_dir = tmp_path / "export"
-    FLAGS = flags.FLAGS
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
-    monkeypatch.setattr(FLAGS, "export_dir", str(export_dir))
-    monkeypatch.setattr(FLAGS, "day_pattern", f"{tmp_path}/data/{{day}}/*")
+    cfg = JobConfig(export_dir=str(export_dir),
+                    day_pattern=f"{tmp_path}/data/{{day}}/*")
     version = export_dir / DAYS[0].replace("-", "")
 
-    class FailingCheck:
-        def export_and_check(self, model, job, version, sample_data):
-            path = export_dir / str(version)
-            os.makedirs(path)  # the export was published, then...
-            (path / "saved_model.pb").write_bytes(b"x")
-            raise RuntimeError("export check: predictions differ")
+    def failing_check(cfg, model, job, version, sample_data):
+        path = export_dir / str(version)
+        os.makedirs(path)  # the export was published, then...
+        (path / "saved_model.pb").write_bytes(b"x")
+        raise RuntimeError("export check: predictions differ")
+
+    monkeypatch.setattr(daily, "export_and_check", failing_check)
 
     state = {"days": {}}
     spec = tn_spec(tmp_path / "spec.json")
     import pytest  # noqa: PLC0415
     with pytest.raises(RuntimeError, match="predictions differ"):
-        train_daily._ensure_export(FailingCheck(), None, spec, DAYS[0], state,
-                                   str(tmp_path))
+        daily._ensure_export(cfg, None, spec, DAYS[0], state, str(tmp_path))
     assert not version.exists()
     assert [n for n in os.listdir(export_dir)
             if n.startswith(f".{version.name}.failed-")]
@@ -123,17 +119,13 @@ def test_daily_steps_do_not_drift_when_a_step_counts_twice(monkeypatch):
     day's fit on a cluster (simulated: one extra increment in each day) is
     taken off after the fit, as tn.callbacks.Checkpoint does at an epoch
     end: every day adds exactly its steps, so days.json's train_step stays
-    steps x days (tnet/train_daily.py `_fit_day`, the cluster path, run
+    steps x days (tnet/cli/daily.py `_fit_day`, the cluster path, run
     here in one process)."""
     import tf_keras  # noqa: PLC0415
-    from absl import flags  # noqa: PLC0415
-    import tnet.train  # noqa: F401,PLC0415  (defines the flags)
-    from tnet import train_daily  # noqa: PLC0415
+    from tnet.cli import daily  # noqa: PLC0415
+    from tnet.cli.config import JobConfig  # noqa: PLC0415
     from tests.support.ckpt import dataset, tiny  # noqa: PLC0415
-    FLAGS = flags.FLAGS
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
-    monkeypatch.setattr(FLAGS, "batch_size", 64)
+    cfg = JobConfig(batch_size=64)
 
     class Day:  # what _fit_day reads of a day's SpecJobData
         train_rows = 640  # 10 steps of 64
@@ -151,7 +143,7 @@ def test_daily_steps_do_not_drift_when_a_step_counts_twice(monkeypatch):
 
     model = tiny(2)
     for day in range(3):
-        train_daily._fit_day(model, Day(), True, [CountTwice()])
+        daily._fit_day(cfg, model, Day(), True, [CountTwice()])
         assert int(model.optimizer.iterations.numpy()) == 10 * (day + 1)
     assert CountTwice.fired == 3
 
@@ -161,20 +153,17 @@ def test_a_days_checkpoint_cut_off_after_it_was_published_is_kept(
     """A ps that stops answering after the day's checkpoint was renamed into
     place (its change marks not yet set): tn.distribute.through_ps_cut runs
     the save again, which takes the published checkpoint as it is instead
-    of failing on "already exists" (tnet/train_daily.py `_save_day`). A
+    of failing on "already exists" (tnet/cli/daily.py `_save_day`). A
     second day's save at a step whose directory already exists still
     refuses, as before."""
     import tensorflow as tf  # noqa: PLC0415
-    from absl import flags  # noqa: PLC0415
     from tensorflow.python.distribute.coordinator import (  # noqa: PLC0415
         cluster_coordinator as cc)
     import tnet as tn  # noqa: PLC0415
-    import tnet.train  # noqa: F401,PLC0415  (defines the flags)
-    from tnet import train_daily  # noqa: PLC0415
+    from tnet.cli import daily  # noqa: PLC0415
+    from tnet.cli.config import JobConfig  # noqa: PLC0415
     from tests.support.ckpt import tiny  # noqa: PLC0415
-    FLAGS = flags.FLAGS
-    if not FLAGS.is_parsed():
-        FLAGS.mark_as_parsed()
+    cfg = JobConfig()
     monkeypatch.setattr(cc.Cluster, "_tnet_policy", True, raising=False)
     monkeypatch.setattr("time.sleep", lambda s: None)
     monkeypatch.setenv("TF_CONFIG", json.dumps(
@@ -197,7 +186,7 @@ def test_a_days_checkpoint_cut_off_after_it_was_published_is_kept(
     monkeypatch.setattr(tn.saving, "save", cut_after_publish)
     model = tiny(2)
     ckpt_dir = str(tmp_path / "ckpt")
-    path = train_daily._save_day(model, ckpt_dir, 7, "day 1's checkpoint")
+    path = daily._save_day(cfg, model, ckpt_dir, 7, "day 1's checkpoint")
     assert calls == [7]  # the retry took the published checkpoint
     assert path == os.path.join(ckpt_dir, "ckpt-7")
     assert tn.saving.latest_checkpoint(ckpt_dir) == path
@@ -206,4 +195,4 @@ def test_a_days_checkpoint_cut_off_after_it_was_published_is_kept(
     assert "tnet: day 1's checkpoint: done" in err
     # A first call never takes an existing directory for its own.
     with pytest.raises(tn.saving.CheckpointError, match="already exists"):
-        train_daily._save_day(model, ckpt_dir, 7, "day 1's checkpoint")
+        daily._save_day(cfg, model, ckpt_dir, 7, "day 1's checkpoint")

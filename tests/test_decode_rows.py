@@ -13,7 +13,9 @@ import tensorflow as tf
 
 import tnet  # noqa: F401
 from tnet import _ops
-from tnet.data import _rows, readers
+from tnet.data import _rows
+from tnet.data import readers
+from tnet.data.readers import _common, delimited
 from tnet.data import spec as spec_lib
 
 # Every column kind: label, dense and weight (int and float), int and string
@@ -36,7 +38,7 @@ def _format(tmp_path, delim="\t", spec=SPEC, columns=COLUMNS):
     path = tmp_path / "h.txt"
     path.write_text(delim.join(columns) + "\n")
     s = spec_lib.from_dict(spec, source="test")
-    return s, readers._delimited_format(s, str(path), delim, True)
+    return s, delimited._delimited_format(s, str(path), delim, True)
 
 
 GOOD = {
@@ -256,13 +258,13 @@ def test_the_kernel_is_used_only_for_patterns_it_knows(tmp_path):
     s, fmt = _format(tmp_path)
     fields = list(fmt.fields)
     fields[0] = dataclasses.replace(fields[0], pattern="[012]")
-    assert readers._row_decoder(s, COLUMNS, fields, "\t", True) is None
-    assert readers._row_decoder(s, COLUMNS, fmt.fields, "\t", True) is not None
+    assert delimited._row_decoder(s, COLUMNS, fields, "\t", True) is None
+    assert delimited._row_decoder(s, COLUMNS, fmt.fields, "\t", True) is not None
 
 
 @pytest.mark.parametrize("kind", ["ids", "sequence"])
 def test_id_lists_cut_to_max_length_only_when_longer(kind):
-    """readers._ids: rows longer than max_length keep their first (ids) or
+    """_common._ids: rows longer than max_length keep their first (ids) or
     last (sequence) max_length ids, in graph mode too (the cut is a cond
     taken only when some row is longer); shorter batches come back as
     they are."""
@@ -275,14 +277,14 @@ def test_id_lists_cut_to_max_length_only_when_longer(kind):
     want = [r[:3] if kind == "ids" else r[-3:] for r in rows]
     ragged = tf.ragged.constant(rows, tf.int64, row_splits_dtype=tf.int64)
     short = tf.ragged.constant(want, tf.int64, row_splits_dtype=tf.int64)
-    graph = tf.function(lambda v: readers._ids(f, v))
-    for run in (lambda v: readers._ids(f, v), graph):
+    graph = tf.function(lambda v: _common._ids(f, v))
+    for run in (lambda v: _common._ids(f, v), graph):
         assert run(ragged).to_list() == want
         got = run(short)
         assert got.to_list() == want
         np.testing.assert_array_equal(got.row_splits.numpy(), short.row_splits.numpy())
     dense = tf.constant([[1, 2, 3, 4], [5, 6, -1, -1]], tf.int64)
-    np.testing.assert_array_equal(readers._ids(f, dense).numpy(),
+    np.testing.assert_array_equal(_common._ids(f, dense).numpy(),
                                   dense.numpy()[:, :3] if kind == "ids" else dense.numpy()[:, -3:])
 
 

@@ -476,7 +476,7 @@ def test_through_ps_cut_waits_out_a_silent_ps_and_nothing_else(monkeypatch,
     # Each failure also counts on the policy's clock (whose watch ends the
     # chief at the budget while an attempt blocks); success clears it.
     clock_calls = []
-    monkeypatch.setattr(tn.distribute, "_ps_clock", {
+    monkeypatch.setattr(tn.distribute.ps_policy, "_ps_clock", {
         "note": lambda tasks, e: clock_calls.append(("note", list(tasks))),
         "answered": lambda tasks: clock_calls.append(("answered",
                                                       sorted(tasks)))})

@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 import os
 import tempfile
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -40,6 +39,11 @@ import tensorflow as tf
 from tnet.optimizer.sparse import resolve_learning_rate
 from tnet import _ops
 from tnet.optimizer import keras as keras_opt
+from tnet.table_options import (DEFAULT_STDDEV, _check_lifecycle,  # noqa: F401
+                                _check_tier, _global_seed,
+                                _initializer_attrs, _stripes_for)
+from tnet.table_routing import (RowBatch, RowRoute, _partition_rows,
+                                _rows_check, _stitch_rows)
 
 _INT64_MAX = 2**63 - 1
 
@@ -54,141 +58,6 @@ STATS_FIELDS = ("rows", "admitted", "rejected", "evicted", "bytes", "pending",
                 "pending_dropped", "cap_evicted", "tier_lookups",
                 "tier_misses", "tier_resident", "tier_on_disk",
                 "tier_disk_bytes", "tier_writebacks")
-
-
-_INIT_ALIASES = {
-    "zeros": "zeros", "zero": "zeros", "ones": "constant",
-    "constant": "constant", "uniform": "uniform", "randomuniform": "uniform",
-    "random_uniform": "uniform", "normal": "normal", "randomnormal": "normal",
-    "random_normal": "normal", "truncated_normal": "truncated_normal",
-    "truncatednormal": "truncated_normal",
-}
-
-
-class RowRoute(NamedTuple):
-    """How flat keys split over a table's shards (`SparseTable.route`, or
-    `SparseTable.shard_order` for keys it grouped by shard: then `sizes`
-    holds each shard's count, every shard's keys are one slice and shard /
-    where are None). parts is None for a one-shard table."""
-    keys: tf.Tensor                       # [N] int64
-    shard: Optional[tf.Tensor] = None     # [N] int32: the shard of each key
-    parts: Optional[list] = None          # per shard: its keys
-    where: Optional[list] = None          # per shard: their positions in keys
-    sizes: Optional[tf.Tensor] = None     # [shards] int64, keys grouped
-
-
-def _partition_rows(t, route):
-    """t's rows split as the route split its keys: exactly
-    `tf.dynamic_partition(t, route.shard)`, but one gather per shard of
-    the positions the route keeps (`where`). DynamicPartition copies a 2-D
-    tensor row by row through an Eigen slice (~60 ns a row whatever its
-    width: 8 ms for the 128k gradient rows of a SPARSE-HEAVY push against
-    ~1 ms gathered; BENCHMARKS "The route's partition and stitch"). Keys
-    grouped by shard need no copy: t is cut into slices.
-    `_rows_check` makes the ops that consume the parts check t's rows."""
-    if route.sizes is not None:
-        return tf.split(t, route.sizes, num=len(route.parts))
-    return [tf.gather(t, w) for w in route.where]
-
-
-def _rows_check(route, *tensors):
-    """Ops that fail unless each of `tensors` has one row per route key (a
-    mismatch known now is a ValueError now). Callers make the per-shard ops
-    wait on them, not the gathers: under ParameterServerStrategy, gathers
-    that waited on a check were placed on a ps, which then received the
-    whole shows vector (405 KB a SPARSE-HEAVY step)."""
-    what = ("SparseTable: one row per key is needed (gradients, shows, "
-            "clicks, weights, slots and meta have as many rows as there are "
-            "keys)")
-    keys = route.keys.shape[0]
-    for t in tensors:
-        rows = t.shape[0]
-        if rows is not None and keys is not None and rows != keys:
-            raise ValueError(f"{what}; got {rows} rows for {keys} keys")
-    n = tf.shape(route.keys, out_type=tf.int64)[0]
-    return [tf.debugging.assert_equal(tf.shape(t, out_type=tf.int64)[0], n,
-                                      message=what) for t in tensors]
-
-
-def _stitch_rows(route, parts, dim):
-    """The rows pulled per shard back in the keys' order (the inverse of
-    `_partition_rows`): for keys grouped by shard, the parts one after the
-    other. Otherwise dynamic_stitch, which copies row by row on one thread:
-    as fast as a gather for narrow rows, 1.7x slower at dim 16, so wider
-    rows are concatenated and gathered through the inverse permutation."""
-    if route.sizes is not None:
-        return tf.concat(parts, 0)
-    where = route.where
-    if dim <= 8:
-        return tf.dynamic_stitch(where, parts)
-    order = tf.math.invert_permutation(tf.concat(where, 0))
-    return tf.gather(tf.concat(parts, 0), order)
-
-
-class RowBatch(NamedTuple):
-    """Rows a pull moved and the route they took (`SparseTable.pull_rows`);
-    `SparseTable.push_rows(batch, grads, ...)` reuses the route."""
-    route: RowRoute
-    rows: tf.Tensor                       # [N, dim]
-
-    @property
-    def keys(self) -> tf.Tensor:
-        return self.route.keys
-
-
-# The default initializer's stddev for columns wider than 1 (see below).
-DEFAULT_STDDEV = 0.01
-
-
-def _initializer_attrs(initializer: Any, dim: int, seed: int) -> dict:
-    """Maps an initializer (None, name, dict or Keras initializer) to attrs.
-
-    The table draws initial values from a generator seeded by each key, so a
-    Keras initializer is translated by kind and parameters (mean, stddev,
-    minval, maxval, value, seed); its own random state is not used.
-
-    The default (None) was chosen by measurement (tools/measure_defaults.py,
-    BENCHMARKS.md "Defaults"): a dim-1 column is a linear weight and starts
-    at zero, as in a linear model; wider columns start normal with stddev
-    0.01 (not zero: a dot product of two zero embeddings never gets a
-    gradient; smaller than Keras' uniform +-0.05, which lost 0.004-0.008 AUC
-    to stock with rows updated only when seen). The former default,
-    truncated normal with stddev 1/sqrt(dim), put logit noise of std ~5
-    into a wide part of 26 dim-1 columns and lost 0.02-0.08 AUC to stock.
-    """
-    # The names "normal" / "truncated_normal" without a stddev keep
-    # tf.feature_column.embedding_column's 1/sqrt(dim).
-    default_std = 1.0 / math.sqrt(dim)
-    if initializer is None:
-        name, cfg = (("zeros", {}) if dim == 1
-                     else ("normal", {"stddev": DEFAULT_STDDEV}))
-    elif isinstance(initializer, str):
-        name, cfg = initializer, {}
-    elif isinstance(initializer, dict):
-        name, cfg = str(initializer.get("name", "")), initializer
-    elif hasattr(initializer, "get_config"):
-        name, cfg = type(initializer).__name__, initializer.get_config()
-    else:
-        name, cfg = repr(initializer), {}
-    kind = _INIT_ALIASES.get(name.lower())
-    if kind is None:
-        raise ValueError(
-            f"unsupported initializer {initializer!r}: tnet tables support "
-            "zeros, ones, constant, uniform / RandomUniform, normal / "
-            "RandomNormal and truncated_normal / TruncatedNormal")
-    if cfg.get("seed") is not None:
-        seed = int(cfg["seed"])
-    if kind == "zeros":
-        params = []
-    elif kind == "constant":
-        params = [1.0 if name.lower() == "ones" else float(cfg.get("value", 0.0))]
-    elif kind == "uniform":
-        params = [float(cfg.get("minval", -0.05)),
-                  float(cfg.get("maxval", 0.05))]
-    else:
-        params = [float(cfg.get("mean", 0.0)),
-                  float(cfg.get("stddev", default_std))]
-    return {"initializer": kind, "initializer_params": params, "seed": seed}
 
 
 @functools.lru_cache(maxsize=None)
@@ -893,66 +762,6 @@ class SparseTable(tf.Module):
                 tf.cast(ttl_steps, tf.int64),
                 tf.cast(current_step, tf.int64), compact=compact))
         return tf.add_n(counts)
-
-
-def _global_seed() -> int:
-    """The global TF seed (set_random_seed / tf.random.set_seed), else 0.
-    Read without drawing an op seed, so other random ops are unaffected."""
-    from tensorflow.python.eager import context  # noqa: PLC0415
-    if tf.executing_eagerly():
-        seed = context.global_seed()
-    else:
-        seed = tf.compat.v1.get_default_graph().seed
-    return 0 if seed is None else int(seed)
-
-
-def _check_tier(name, memory_budget_bytes, storage_dir, num_shards):
-    if memory_budget_bytes is None:
-        if storage_dir is not None:
-            raise ValueError(f"SparseTable {name!r}: storage_dir is only used "
-                             "with memory_budget_bytes; pass both")
-        return
-    if (isinstance(memory_budget_bytes, bool)
-            or not isinstance(memory_budget_bytes, int)
-            or memory_budget_bytes < num_shards):
-        raise ValueError(f"SparseTable {name!r}: memory_budget_bytes must be "
-                         f"a positive int (bytes of rows kept in memory), got "
-                         f"{memory_budget_bytes!r}")
-    if not isinstance(storage_dir, str) or not storage_dir:
-        raise ValueError(f"SparseTable {name!r}: memory_budget_bytes needs "
-                         "storage_dir, a writable local directory for the "
-                         "rows that do not fit in memory")
-
-
-def _check_lifecycle(name, min_count, admission_capacity, max_rows,
-                     num_shards) -> None:
-    if (isinstance(min_count, bool) or not isinstance(min_count, (int, float))
-            or not math.isfinite(min_count) or min_count < 0):
-        raise ValueError(f"SparseTable {name!r}: min_count must be a number "
-                         f">= 0 (1 admits every key), got {min_count!r}")
-    if (isinstance(admission_capacity, bool)
-            or not isinstance(admission_capacity, int)
-            or admission_capacity < 1):
-        raise ValueError(f"SparseTable {name!r}: admission_capacity must be "
-                         f"a positive int, got {admission_capacity!r}")
-    if max_rows is not None and (isinstance(max_rows, bool)
-                                 or not isinstance(max_rows, int)
-                                 or max_rows < 0):
-        raise ValueError(f"SparseTable {name!r}: max_rows must be a "
-                         f"non-negative int or None, got {max_rows!r}")
-    if max_rows and max_rows < num_shards:
-        raise ValueError(f"SparseTable {name!r}: max_rows={max_rows} is less "
-                         f"than num_shards={num_shards}; every shard needs "
-                         "room for at least one row")
-
-
-def _stripes_for(num_stripes: int, shard_cap: int) -> int:
-    """Stripes for a shard capped at shard_cap rows: each stripe enforces
-    its own share, so keep shares >= 256 rows (or 1 stripe)."""
-    if shard_cap:
-        while num_stripes > 1 and shard_cap // num_stripes < 256:
-            num_stripes //= 2
-    return num_stripes
 
 
 # Process-unique resource names (as tf.lookup tables do in eager mode).

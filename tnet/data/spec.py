@@ -34,6 +34,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
+from tnet.data.readers import spec_dataset
+
 KINDS = ("id", "ids", "sequence", "dense", "label", "weight", "group")
 ID_KINDS = ("id", "ids", "sequence")
 _DTYPES = {"id": ("int64", "string"), "ids": ("int64", "string"),
@@ -255,7 +257,6 @@ class FeatureSpec:
           batch_size: examples per batch.
           **kwargs: `spec_dataset`'s options (bad_rows, shuffle_buffer, ...).
         """
-        from tnet.data.readers import spec_dataset  # noqa: PLC0415
         return spec_dataset(self, paths, format, batch_size, **kwargs)
 
     def to_dict(self) -> Dict[str, Any]:

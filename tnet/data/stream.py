@@ -462,17 +462,17 @@ def _first_line(error) -> str:
 
 def _where(spec, path, format, compression, error) -> str:
     """file:record: why, for a file that failed to read."""
-    from tnet.data import readers  # noqa: PLC0415
+    from tnet.data.readers import scan  # noqa: PLC0415
     try:
-        for found in readers.scan_files(spec, [path], format, compression,
-                                        max_examples=1, stop_at_first=True):
+        for found in scan.scan_files(spec, [path], format, compression,
+                                     max_examples=1, stop_at_first=True):
             if found.first:
                 return found.first[0]
             if found.damaged:
                 return found.damaged
     except Exception:  # noqa: BLE001
         pass
-    return f"{path}: {readers._tf_text(error)}"  # noqa: SLF001
+    return f"{path}: {scan._tf_text(error)}"  # noqa: SLF001
 
 
 _END = object()

@@ -79,7 +79,7 @@ def by_name(name: str):
 
 
 def names() -> list[str]:
-    """Rule names that have a tnet Keras optimizer (train.py's --optimizer).
+    """Rule names that have a tnet Keras optimizer (tnet.train's --optimizer).
 
     Example:
         ```python

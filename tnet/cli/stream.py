@@ -20,92 +20,94 @@ import os
 import signal
 import time
 
-from absl import app, flags
+from absl import app
 
 import tnet as tn
+from tnet.cli import model as cli_model
+from tnet.cli.config import JobConfig
+from tnet.cli.data import BadInputError, SpecJobData
+from tnet.cli.export import export_and_check, updatable_export_of
 from tnet.files import write_json_atomic
 
 _LOG = tn.log.get("train")
 
-FLAGS = flags.FLAGS
 
-
-def check_flags(distributed: bool) -> None:
-    if not FLAGS.feature_spec:
+def check_config(cfg: JobConfig, distributed: bool) -> None:
+    if not cfg.feature_spec:
         raise app.UsageError("--stream needs --feature_spec (and --format)")
-    if FLAGS.days:
+    if cfg.days:
         raise app.UsageError("--stream and --days are two ways to read: "
                              "pick one")
     if distributed:
         raise app.UsageError("--stream runs in one process (its reader is a "
                              "thread of the trainer): unset TF_CONFIG")
-    if FLAGS.stream_poll_secs <= 0:
+    if cfg.stream_poll_secs <= 0:
         raise app.UsageError("--stream_poll_secs must be > 0")
-    if min(FLAGS.stream_idle_secs, FLAGS.checkpoint_every_n_files,
-           FLAGS.checkpoint_every_seconds) < 0:
+    if min(cfg.stream_idle_secs, cfg.checkpoint_every_n_files,
+           cfg.checkpoint_every_seconds) < 0:
         raise app.UsageError("--stream_idle_secs, --checkpoint_every_n_files "
                              "and --checkpoint_every_seconds must be >= 0")
-    if FLAGS.stream_max_file_age_secs <= 0:
+    if cfg.stream_max_file_age_secs <= 0:
         raise app.UsageError("--stream_max_file_age_secs must be > 0")
 
 
-def run_stream(strategy, cli) -> dict:
-    """`cli` is the tnet.train module (it may be running as __main__)."""
+def run_stream(cfg: JobConfig, strategy, running) -> dict:
+    """`running` (a tnet.cli.train.Running) gets the model and the
+    checkpoint callback once they exist."""
     from tnet.data import spec as spec_lib  # noqa: PLC0415
-    from tnet.train_data import BadInputError  # noqa: PLC0415
-    spec = spec_lib.load(FLAGS.feature_spec)
-    with strategy.scope():
-        model = cli.build_model(spec.embedding_columns(FLAGS.embedding_dim),
-                                spec.dense, spec.string_ids)
-        model.compile(tn.optimizer.by_name(FLAGS.optimizer)(FLAGS.learning_rate))
+    spec = spec_lib.load(cfg.feature_spec)
+    model = cli_model.compiled_model(
+        cfg, strategy, spec.embedding_columns(cfg.embedding_dim), spec.dense,
+        spec.string_ids)
     stream = tn.data.FileStream(
-        FLAGS.stream, landed=FLAGS.stream_landed,
-        poll_seconds=FLAGS.stream_poll_secs,
-        idle_seconds=FLAGS.stream_idle_secs or None,
-        max_file_age_seconds=FLAGS.stream_max_file_age_secs,
-        bad_files=FLAGS.bad_files)
+        cfg.stream, landed=cfg.stream_landed,
+        poll_seconds=cfg.stream_poll_secs,
+        idle_seconds=cfg.stream_idle_secs or None,
+        max_file_age_seconds=cfg.stream_max_file_age_secs,
+        bad_files=cfg.bad_files)
     stream.on_consume = _log_file
     data = tn.data.stream_dataset(
-        spec, stream, FLAGS.format, FLAGS.batch_size, bad_rows=FLAGS.bad_rows,
-        shuffle_buffer=FLAGS.shuffle_buffer, seed=FLAGS.seed)
+        spec, stream, cfg.format, cfg.batch_size, bad_rows=cfg.bad_rows,
+        shuffle_buffer=cfg.shuffle_buffer, seed=cfg.seed)
     callbacks = []
+    # Maintenance evicts right before each checkpoint's save, too.
+    maintenance = cli_model.maintenance_callback(cfg)
     checkpoints = None
-    if FLAGS.checkpoint_dir:
+    if cfg.checkpoint_dir:
         checkpoints = tn.callbacks.StreamCheckpoint(
-            FLAGS.checkpoint_dir, stream,
-            every_n_files=FLAGS.checkpoint_every_n_files or None,
-            every_seconds=FLAGS.checkpoint_every_seconds or None,
-            keep=FLAGS.checkpoint_keep,
-            incremental=FLAGS.checkpoint_incremental,
-            full_every=FLAGS.checkpoint_full_every)
+            cfg.checkpoint_dir, stream,
+            every_n_files=cfg.checkpoint_every_n_files or None,
+            every_seconds=cfg.checkpoint_every_seconds or None,
+            keep=cfg.checkpoint_keep,
+            incremental=cfg.checkpoint_incremental,
+            full_every=cfg.checkpoint_full_every, maintenance=maintenance)
         callbacks.append(checkpoints)
-        cli._RUN["checkpoints"] = checkpoints  # noqa: SLF001
+        running.checkpoints = checkpoints
     else:
         _LOG.warning("tnet.train: --stream without --checkpoint_dir: nothing is "
                      "saved, a restart trains every file again")
-    cli._RUN["model"] = model  # noqa: SLF001
-    maintenance = cli._lifecycle(model, checkpoints)  # noqa: SLF001
+    running.model = model
     if maintenance is not None:
         callbacks.append(maintenance)
     restore_signals = _stop_on_sigterm(stream)
     publisher = None
-    if cli._publishing():  # noqa: SLF001
-        base = _publish_base(cli, model, spec, stream)
+    if cfg.publishing:
+        base = _publish_base(cfg, model, spec, stream)
         if base is not None:
             # After the StreamCheckpoint: it publishes from the restored
             # model; at once when training catches up with the stream.
-            publisher = cli._publisher()  # noqa: SLF001
+            publisher = cli_model.publisher_callback(cfg)
             publisher.stream = stream
             callbacks.append(publisher)
             _LOG.info(f"tnet.train: publishing deltas to {base}")
     metrics = None
-    if FLAGS.metrics_port >= 0:
+    if cfg.metrics_port >= 0:
         metrics = tn.monitoring.TrainerMetrics(stream)
-        port = metrics.serve(FLAGS.metrics_port)
+        port = metrics.serve(cfg.metrics_port)
         callbacks.append(metrics.callback(checkpoints, publisher))
         _LOG.info(f"tnet.train: metrics on http://0.0.0.0:{port}/metrics")
-    _LOG.info(f"tnet.train: streaming {FLAGS.stream} (landed: "
-          f"{FLAGS.stream_landed}, poll {FLAGS.stream_poll_secs:g} s)")
+    _LOG.info(f"tnet.train: streaming {cfg.stream} (landed: "
+          f"{cfg.stream_landed}, poll {cfg.stream_poll_secs:g} s)")
     start = time.perf_counter()
     try:
         try:
@@ -126,8 +128,8 @@ def run_stream(strategy, cli) -> dict:
     if stream.error is not None:
         raise RuntimeError(stream.error)
     summary = {
-        "model": FLAGS.model, "data": "feature_spec", "stream": FLAGS.stream,
-        "flags": cli._flag_values(),  # noqa: SLF001
+        "model": cfg.model, "data": "feature_spec", "stream": cfg.stream,
+        "flags": cfg.as_dict(),
         "train": {"steps": int(model.optimizer.iterations.numpy()),
                   "seconds": round(seconds, 3)},
         "streamed": {"files": stream.files_consumed,
@@ -147,8 +149,8 @@ def run_stream(strategy, cli) -> dict:
             "restored_step": checkpoints.restored_step,
             "last_saved_step": checkpoints.last_saved_step,
             "last_saved_path": checkpoints.last_saved_path}
-    os.makedirs(FLAGS.model_dir, exist_ok=True)
-    write_json_atomic(os.path.join(FLAGS.model_dir, "summary.json"), summary,
+    os.makedirs(cfg.model_dir, exist_ok=True)
+    write_json_atomic(os.path.join(cfg.model_dir, "summary.json"), summary,
                       indent=2)
     _LOG.info(f"tnet.train: stream stopped ({stream.stop_reason}): "
               f"{stream.files_consumed} files, {stream.examples_consumed} "
@@ -160,27 +162,26 @@ def run_stream(strategy, cli) -> dict:
     return summary
 
 
-def _publish_base(cli, model, spec, stream):
+def _publish_base(cfg: JobConfig, model, spec, stream):
     """The updatable export the stream publishes into: the newest one in
     --export_dir, else the model as it stands (restored from the newest
     checkpoint, or new) exported once a first file has landed (its rows
     are the export's sample). None when the stream stopped before. Either
     way the model is built (called on that sample) before `fit`."""
-    from tnet.train_data import SpecJobData  # noqa: PLC0415
     landed = []
     while not stream.stopping:
         landed = stream.list_landed()
         if landed:
             break
-        time.sleep(FLAGS.stream_poll_secs)
+        time.sleep(cfg.stream_poll_secs)
     if not landed:
         return None
     from tnet.serving import deltas as fresh  # noqa: PLC0415
-    job = SpecJobData(False, spec, landed[:1], landed[:1], count=False)
-    latest = (tn.saving.latest_checkpoint(FLAGS.checkpoint_dir)
-              if FLAGS.checkpoint_dir else None)
+    job = SpecJobData(cfg, False, spec, landed[:1], landed[:1], count=False)
+    latest = (tn.saving.latest_checkpoint(cfg.checkpoint_dir)
+              if cfg.checkpoint_dir else None)
     start = tn.saving.read_manifest(latest)["train_step"] if latest else 0
-    base = cli.updatable_export_of(FLAGS.export_dir)
+    base = updatable_export_of(cfg.export_dir)
     if base is not None and fresh.read_info(base)["through_step"] <= start - 1:
         if not model.built:  # the publisher reads the model's tables
             features = dict(next(iter(job.eval()))[0])
@@ -195,7 +196,7 @@ def _publish_base(cli, model, spec, stream):
                   f"checkpoint (step {start}); exporting a new base")
     if latest is not None:
         tn.saving.restore(model, latest)
-    return cli.export_and_check(model, job, sample_data=job.eval())["path"]
+    return export_and_check(cfg, model, job, sample_data=job.eval())["path"]
 
 
 def _stop_on_sigterm(stream):

@@ -39,15 +39,18 @@ import os
 import re
 import time
 
-from absl import app, flags
+from absl import app
 
 import tnet as tn
 import tensorflow as tf
+from tnet.cli import model as cli_model
+from tnet.cli.config import JobConfig
+from tnet.cli.data import SpecJobData
+from tnet.cli.export import export_and_check, updatable_export_of
 from tnet.log import get as _get_logger
 from tnet.files import write_json_atomic
 import tf_keras
 
-FLAGS = flags.FLAGS
 _log = _get_logger("train")
 STATE = "days.json"
 
@@ -94,9 +97,9 @@ def write_state(directory: str, state: dict) -> None:
                       sort_keys=True)
 
 
-def _day_files(day: str) -> list[str]:
-    pattern = FLAGS.day_pattern.replace("{day}", day)
-    if "{day}" not in FLAGS.day_pattern:
+def _day_files(cfg: JobConfig, day: str) -> list[str]:
+    pattern = cfg.day_pattern.replace("{day}", day)
+    if "{day}" not in cfg.day_pattern:
         raise app.UsageError("--day_pattern must contain '{day}'")
     files = sorted(tf.io.gfile.glob(pattern))
     if not files:
@@ -105,57 +108,43 @@ def _day_files(day: str) -> list[str]:
     return files
 
 
-def _maintenance():
-    if (FLAGS.show_decay_rate == 1.0 and FLAGS.show_threshold == 0.0
-            and not FLAGS.ttl_steps):
-        return None
-    return tn.callbacks.TableMaintenance(
-        show_decay_rate=FLAGS.show_decay_rate,
-        show_threshold=FLAGS.show_threshold, ttl_steps=FLAGS.ttl_steps,
-        log_dir=os.path.join(FLAGS.model_dir, "logs", "tables"))
-
-
-def run_days(strategy, distributed: bool, cli) -> dict:
-    """`cli` is the tnet.train module (it may be running as __main__)."""
+def run_days(cfg: JobConfig, strategy, distributed: bool) -> dict:
     from tnet.data import spec as spec_lib  # noqa: PLC0415
-    from tnet.train_data import SpecJobData  # noqa: PLC0415
-    days = parse_days(FLAGS.days)
-    spec = spec_lib.load(FLAGS.feature_spec)
-    ckpt_dir = FLAGS.checkpoint_dir
+    days = parse_days(cfg.days)
+    spec = spec_lib.load(cfg.feature_spec)
+    ckpt_dir = cfg.checkpoint_dir
     os.makedirs(ckpt_dir, exist_ok=True)
-    with strategy.scope():
-        model = cli.build_model(spec.embedding_columns(FLAGS.embedding_dim),
-                                spec.dense, spec.string_ids)
-        model.compile(tn.optimizer.by_name(FLAGS.optimizer)(FLAGS.learning_rate))
-    cli._lifecycle(model, None)  # table options; maintenance runs per day
-    maintenance = _maintenance()
+    model = cli_model.compiled_model(
+        cfg, strategy, spec.embedding_columns(cfg.embedding_dim), spec.dense,
+        spec.string_ids)
+    maintenance = cli_model.daily_maintenance(cfg)  # once after each day
     state = load_state(ckpt_dir)
     latest = tn.saving.latest_checkpoint(ckpt_dir)
     done_step = 0
     if latest is not None:
         done_step = tn.saving.restore(model, latest,
-                                      track_changes=FLAGS.checkpoint_incremental)
+                                      track_changes=cfg.checkpoint_incremental)
         _log.info(f"tnet.train: restored {latest} (days through {done_step} done)")
     for day in days:  # checkpoints are the truth: a finished day stays done
         if day_step(day) <= done_step and day not in state["days"]:
             state["days"][day] = {"checkpoint": f"ckpt-{done_step}"
                                   if day_step(day) == done_step else None,
                                   "recovered": True}
-    writer = tf.summary.create_file_writer(os.path.join(FLAGS.model_dir, "logs", "days"))
+    writer = tf.summary.create_file_writer(os.path.join(cfg.model_dir, "logs", "days"))
     trained_any = latest is not None
     last_done = max((d for d in state["days"] if day_step(d) <= done_step),
                     default=None)
-    if last_done is not None and FLAGS.export_dir:
-        _ensure_export(cli, model, spec, last_done, state, ckpt_dir)
-    if cli._publishing():
-        _ensure_publish_base(cli, model, spec, days, done_step, state,
+    if last_done is not None and cfg.export_dir:
+        _ensure_export(cfg, model, spec, last_done, state, ckpt_dir)
+    if cfg.publishing:
+        _ensure_publish_base(cfg, model, spec, days, done_step, state,
                              ckpt_dir)
     for day in days:
         if day_step(day) <= done_step:
             _log.info(f"tnet.train: day {day} already trained, skipped")
             continue
-        files = _day_files(day)
-        data = SpecJobData(distributed, spec, files, files)
+        files = _day_files(cfg, day)
+        data = SpecJobData(cfg, distributed, spec, files, files)
         # examples: the good ones (with --bad_rows=skip, bad_rows counts
         # the skipped ones per file).
         record = {"files": len(files), "examples": data.train_rows}
@@ -170,22 +159,22 @@ def run_days(strategy, distributed: bool, cli) -> dict:
         _log.info(f"tnet.train: training day {day} ({data.train_rows} examples)")
         start = time.perf_counter()
         publisher = None
-        if cli._publishing():
-            base = cli.updatable_export_of(FLAGS.export_dir)
+        if cfg.publishing:
+            base = updatable_export_of(cfg.export_dir)
             if base is not None:  # the day before's export, kept fresh
-                publisher = cli._publisher()
+                publisher = cli_model.publisher_callback(cfg)
                 # The day's own export is the next base: a compaction
                 # (version N-1 + 1) would take day N's version number.
                 publisher.compact_at = None
                 _log.info(f"tnet.train: day {day}: publishing deltas to {base}")
-        _fit_day(model, data, distributed,
+        _fit_day(cfg, model, data, distributed,
                  [] if publisher is None else [publisher])
         if publisher is not None:
             record["published"] = publisher.published
         record["train_seconds"] = round(time.perf_counter() - start, 3)
         if maintenance is not None:
             record["evicted"] = maintenance.run(model, day_step(day))
-        path = _save_day(model, ckpt_dir, day_step(day),
+        path = _save_day(cfg, model, ckpt_dir, day_step(day),
                          f"day {day}'s checkpoint")
         record["checkpoint"] = os.path.basename(path)
         record["train_step"] = int(model.optimizer.iterations.numpy())
@@ -198,17 +187,17 @@ def run_days(strategy, distributed: bool, cli) -> dict:
             for key, value in (record.get("eval_before_training") or {}).items():
                 tf.summary.scalar(f"before_training/{key}", value, step=day_step(day))
         writer.flush()
-        if FLAGS.export_dir:
-            _ensure_export(cli, model, spec, day, state, ckpt_dir)
-    summary = {"model": FLAGS.model, "data": "feature_spec",
+        if cfg.export_dir:
+            _ensure_export(cfg, model, spec, day, state, ckpt_dir)
+    summary = {"model": cfg.model, "data": "feature_spec",
                "feature_spec": spec.source, "days": state["days"],
-               "flags": cli._flag_values(),
+               "flags": cfg.as_dict(),
                "eval": (state["days"].get(days[-1], {}).get("eval_before_training")
                         or {}),
                "train": {"steps": int(model.optimizer.iterations.numpy())},
                "tables": {n: {"rows": int(t.size())}
                           for n, t in model.tables().items()}}
-    path = os.path.join(FLAGS.model_dir, "summary.json")
+    path = os.path.join(cfg.model_dir, "summary.json")
     with open(f"{path}.tmp", "w") as f:
         json.dump(summary, f, indent=2)
     os.replace(f"{path}.tmp", path)
@@ -219,7 +208,8 @@ def run_days(strategy, distributed: bool, cli) -> dict:
     return summary
 
 
-def _save_day(model, ckpt_dir: str, step: int, what: str) -> str:
+def _save_day(cfg: JobConfig, model, ckpt_dir: str, step: int,
+              what: str) -> str:
     """The day's checkpoint, a ps cut waited out (through_ps_cut). Run
     again after a failure, a checkpoint the failed attempt published
     already (a ps cut off between its rename and its change marks) is taken
@@ -232,20 +222,21 @@ def _save_day(model, ckpt_dir: str, step: int, what: str) -> str:
             return final
         tried.append(step)
         return tn.saving.save(model, ckpt_dir, step=step,
-                              incremental=FLAGS.checkpoint_incremental,
-                              keep=FLAGS.checkpoint_keep,
-                              full_every=FLAGS.checkpoint_full_every)
+                              incremental=cfg.checkpoint_incremental,
+                              keep=cfg.checkpoint_keep,
+                              full_every=cfg.checkpoint_full_every)
     return tn.distribute.through_ps_cut(write, what)
 
 
-def _fit_day(model, data, distributed: bool, callbacks=()) -> None:
+def _fit_day(cfg: JobConfig, model, data, distributed: bool,
+             callbacks=()) -> None:
     """One pass over the day. Under a cluster the day is `steps` steps;
     afterwards `optimizer.iterations` (days.json's `train_step`) is set
     back to the steps that ran, as retried steps can count twice
     (tn.callbacks.recount_steps). In one process every step runs once."""
     verbose = 2 if (os.environ.get("CI") or distributed) else 1
     if distributed:
-        steps = max(1, -(-data.train_rows // FLAGS.batch_size))
+        steps = max(1, -(-data.train_rows // cfg.batch_size))
         start = int(model.optimizer.iterations.numpy())
         model.fit(tf_keras.utils.experimental.DatasetCreator(
             lambda ctx: data.train(ctx, repeat=True)), epochs=1,
@@ -258,13 +249,13 @@ def _fit_day(model, data, distributed: bool, callbacks=()) -> None:
                   callbacks=list(callbacks))
 
 
-def _ensure_publish_base(cli, model, spec, days, done_step: int,
+def _ensure_publish_base(cfg: JobConfig, model, spec, days, done_step: int,
                          state: dict, ckpt_dir: str) -> None:
     """With --publish_every_*: the updatable export the first day to train
     publishes into, when the export dir has none (a first run): the model
     as it stands (restored, or not trained yet) as the version of the day
     before that day, so the first day's rows are served too."""
-    if cli.updatable_export_of(FLAGS.export_dir) is not None:
+    if updatable_export_of(cfg.export_dir) is not None:
         return
     todo = [d for d in days if day_step(d) > done_step]
     if not todo:
@@ -272,42 +263,41 @@ def _ensure_publish_base(cli, model, spec, days, done_step: int,
     before = (datetime.date.fromisoformat(todo[0])
               - datetime.timedelta(days=1)).isoformat()
     version = day_step(before)
-    target = os.path.join(FLAGS.export_dir, str(version))
+    target = os.path.join(cfg.export_dir, str(version))
     if os.path.isdir(target) and os.listdir(target):
         _log.info(f"tnet.train: {target} exists and is not updatable: day "
               f"{todo[0]} publishes nothing (its own export is updatable)")
         return
-    from tnet.train_data import SpecJobData  # noqa: PLC0415
-    files = _day_files(todo[0])
-    job = SpecJobData(False, spec, files, files, count=False)
-    result = cli.export_and_check(model, job, version=version,
-                                  sample_data=job.eval())
+    files = _day_files(cfg, todo[0])
+    job = SpecJobData(cfg, False, spec, files, files, count=False)
+    result = export_and_check(cfg, model, job, version=version,
+                              sample_data=job.eval())
     state["publish_base"] = {"day": before, "export": result["path"]}
     write_state(ckpt_dir, state)
     _log.info(f"tnet.train: exported {result['path']}, the base day "
           f"{todo[0]} publishes into")
 
 
-def _ensure_export(cli, model, spec, day: str, state: dict, ckpt_dir: str) -> None:
+def _ensure_export(cfg: JobConfig, model, spec, day: str, state: dict,
+                   ckpt_dir: str) -> None:
     """Exports the model of `day` as export_dir/<YYYYMMDD> unless it exists
     (a rerun after a kill between the checkpoint and the export redoes it)."""
-    from tnet.train_data import SpecJobData  # noqa: PLC0415
     version = day_step(day)
-    target = os.path.join(FLAGS.export_dir, str(version))
+    target = os.path.join(cfg.export_dir, str(version))
     if os.path.isdir(target) and os.listdir(target):
         return
-    files = _day_files(day)
-    job = SpecJobData(False, spec, files, files, count=False)
+    files = _day_files(cfg, day)
+    job = SpecJobData(cfg, False, spec, files, files, count=False)
     try:
-        result = cli.export_and_check(model, job, version=version,
-                                      sample_data=job.eval())
+        result = export_and_check(cfg, model, job, version=version,
+                                  sample_data=job.eval())
     except BaseException:
         # An export that failed its check (or was interrupted after the
         # rename) must not stand as the day's version: a rerun would skip
         # it. Moved aside (TF Serving loads numeric names only) and redone
         # by the next run.
         if os.path.isdir(target):
-            aside = os.path.join(FLAGS.export_dir,
+            aside = os.path.join(cfg.export_dir,
                                  f".{version}.failed-{int(time.time())}")
             os.rename(target, aside)
             _log.info(f"tnet.train: day {day}: export failed; moved it to "

@@ -1,9 +1,10 @@
 """What `python -m tnet.train` reads: the CTR job's files or synthetic data
-(CtrJobData) and MovieLens for the two-tower job (RetrievalJobData).
+(CtrJobData), MovieLens for the two-tower job (RetrievalJobData) and a
+user's own data described by a feature spec (SpecJobData).
 
-Both are built from the CLI's flags (tnet/train.py defines them) and give
-`train(input_context, repeat)` and `eval()` datasets, the train row count
-and `info` for summary.json.
+Each is built from the JobConfig and gives `train(input_context, repeat)`
+and `eval()` datasets, the train row count and `info` for summary.json;
+`explain_bad_input` is the CLI's one bad-input path (exit status 4).
 """
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ import os
 
 import tensorflow as tf
 
-from absl import app, flags
+from absl import app
 
+from tnet.cli.config import JobConfig
 from tnet.log import get as _get_logger
 
 _log = _get_logger("train")
 
-FLAGS = flags.FLAGS
 LOG_LIMIT = 5  # bad rows logged one by one per job (the rest: counted)
 
 
@@ -114,14 +115,14 @@ def count_rows(paths) -> int:
     return total
 
 
-def synthetic_files(gen, cats_scale_seed: str):
+def synthetic_files(cfg: JobConfig, gen, cats_scale_seed: str):
     """Writes (once) the synthetic train / hold-out sets as Criteo TSV so
     that ParameterServerStrategy workers can read them with pure tf.data."""
-    os.makedirs(FLAGS.data_cache_dir, exist_ok=True)
+    os.makedirs(cfg.data_cache_dir, exist_ok=True)
     paths = {}
-    for stream, n in (("train", FLAGS.synthetic_train_examples),
-                      ("holdout", FLAGS.synthetic_eval_examples)):
-        path = os.path.join(FLAGS.data_cache_dir,
+    for stream, n in (("train", cfg.synthetic_train_examples),
+                      ("holdout", cfg.synthetic_eval_examples)):
+        path = os.path.join(cfg.data_cache_dir,
                             f"synthetic-{cats_scale_seed}-{stream}-{n}.tsv")
         if not os.path.exists(path):
             tmp = f"{path}.tmp{os.getpid()}"
@@ -134,14 +135,15 @@ def synthetic_files(gen, cats_scale_seed: str):
 class CtrJobData:
     """What the job reads: features, files (or in-memory synthetic data)."""
 
-    def __init__(self, distributed: bool):
+    def __init__(self, cfg: JobConfig, distributed: bool):
+        self.cfg = cfg
         from tnet import data as tn_data  # noqa: PLC0415
         self.tn_data = tn_data
         self.info = {}
         self.log_limit = LOG_LIMIT
         self.bad_rows = None
-        self.kind = FLAGS.data
-        if FLAGS.data in ("synthetic", "criteo"):
+        self.kind = self.cfg.data
+        if self.cfg.data in ("synthetic", "criteo"):
             self.categorical = list(tn_data.CRITEO_CAT_COLUMNS)
             self.dense = list(tn_data.CRITEO_INT_COLUMNS)
             self.string_ids = False
@@ -149,41 +151,41 @@ class CtrJobData:
             self.categorical = list(tn_data.AVAZU_CAT_COLUMNS)
             self.dense = []
             self.string_ids = True
-        self.train_skip, self.train_take = 0, FLAGS.train_rows
-        if FLAGS.data == "synthetic":
-            self.gen = tn_data.SyntheticCriteo(seed=FLAGS.seed,
-                                               scale=FLAGS.synthetic_scale)
+        self.train_skip, self.train_take = 0, self.cfg.train_rows
+        if self.cfg.data == "synthetic":
+            self.gen = tn_data.SyntheticCriteo(seed=self.cfg.seed,
+                                               scale=self.cfg.synthetic_scale)
             self.info["oracle_auc"] = float(self.gen.oracle_auc(
-                "holdout", FLAGS.synthetic_eval_examples))
-            self.train_rows = FLAGS.synthetic_train_examples
+                "holdout", self.cfg.synthetic_eval_examples))
+            self.train_rows = self.cfg.synthetic_train_examples
             self.files = None
             if distributed:
                 files = synthetic_files(
-                    self.gen, f"{FLAGS.seed}-{FLAGS.synthetic_scale}")
+                    self.cfg, self.gen, f"{self.cfg.seed}-{self.cfg.synthetic_scale}")
                 self.kind = "criteo"
                 self.files = [files["train"]]
                 self.eval_files = [files["holdout"]]
                 self.eval_skip, self.eval_take = 0, -1
             return
-        if not FLAGS.train_files:
-            raise app.UsageError(f"--data={FLAGS.data} needs --train_files")
-        self.files = list(FLAGS.train_files)
-        if FLAGS.eval_files:
-            self.eval_files, self.eval_skip = list(FLAGS.eval_files), 0
+        if not self.cfg.train_files:
+            raise app.UsageError(f"--data={self.cfg.data} needs --train_files")
+        self.files = list(self.cfg.train_files)
+        if self.cfg.eval_files:
+            self.eval_files, self.eval_skip = list(self.cfg.eval_files), 0
         else:
-            if FLAGS.train_rows <= 0:
+            if self.cfg.train_rows <= 0:
                 raise app.UsageError(
                     "without --eval_files, set --train_rows: the rows after "
                     "them are the hold-out")
-            self.eval_files, self.eval_skip = self.files, FLAGS.train_rows
-        self.eval_take = FLAGS.eval_rows
-        header = 1 if FLAGS.data == "avazu" else 0
+            self.eval_files, self.eval_skip = self.files, self.cfg.train_rows
+        self.eval_take = self.cfg.eval_rows
+        header = 1 if self.cfg.data == "avazu" else 0
         lines = [count_rows([f]) - header for f in self.files]
         total = sum(lines)
-        self.train_rows = total if FLAGS.train_rows <= 0 else min(
-            FLAGS.train_rows, total)
+        self.train_rows = total if self.cfg.train_rows <= 0 else min(
+            self.cfg.train_rows, total)
         _JOBS.append(self)
-        if FLAGS.bad_rows == "skip":
+        if self.cfg.bad_rows == "skip":
             self._count_skips(lines)
 
     def _count_skips(self, lines):
@@ -256,25 +258,25 @@ class CtrJobData:
 
     def train(self, input_context=None, repeat=False):
         if self.files is None:  # in-memory synthetic, one process
-            return self.gen.dataset(self.train_rows, FLAGS.batch_size,
+            return self.gen.dataset(self.train_rows, self.cfg.batch_size,
                                     stream="train")
-        batch = FLAGS.batch_size
+        batch = self.cfg.batch_size
         if input_context is not None:
             batch = input_context.get_per_replica_batch_size(batch)
         return self._reader()(
-            self.files, batch, bad_rows=FLAGS.bad_rows, take=self.train_take,
+            self.files, batch, bad_rows=self.cfg.bad_rows, take=self.train_take,
             log_limit=self.log_limit,
-            shuffle_buffer=FLAGS.shuffle_buffer,
-            seed=FLAGS.seed if input_context is None else
-            FLAGS.seed + input_context.input_pipeline_id,
+            shuffle_buffer=self.cfg.shuffle_buffer,
+            seed=self.cfg.seed if input_context is None else
+            self.cfg.seed + input_context.input_pipeline_id,
             num_epochs=None if repeat else 1, input_context=input_context)
 
     def eval(self):
         if self.files is None:
-            return self.gen.dataset(FLAGS.synthetic_eval_examples,
-                                    FLAGS.batch_size, stream="holdout")
-        return self._reader()(self.eval_files, FLAGS.batch_size,
-                              bad_rows=FLAGS.bad_rows, skip=self.eval_skip,
+            return self.gen.dataset(self.cfg.synthetic_eval_examples,
+                                    self.cfg.batch_size, stream="holdout")
+        return self._reader()(self.eval_files, self.cfg.batch_size,
+                              bad_rows=self.cfg.bad_rows, skip=self.eval_skip,
                               take=self.eval_take, log_limit=self.log_limit)
 
 
@@ -283,35 +285,36 @@ class RetrievalJobData:
     process; under ParameterServerStrategy written once with
     `Dataset.save` under --data_cache_dir so workers read pure tf.data."""
 
-    def __init__(self, distributed: bool):
+    def __init__(self, cfg: JobConfig, distributed: bool):
+        self.cfg = cfg
         from tnet.data import movielens  # noqa: PLC0415
         self.movielens = movielens
-        self.data = movielens.load_movielens(FLAGS.movielens_dir,
-                                             FLAGS.history_max_length)
+        self.data = movielens.load_movielens(self.cfg.movielens_dir,
+                                             self.cfg.history_max_length)
         self.candidates = self.data.items
         self.train_rows = self.data.train["item_id"].shape[0]
         self.info = {"popularity_baseline": movielens.popularity_recall(
             self.data.item_counts, self.data.test["item_id"])}
         self.path = None
         if distributed:
-            os.makedirs(FLAGS.data_cache_dir, exist_ok=True)
+            os.makedirs(self.cfg.data_cache_dir, exist_ok=True)
             self.path = movielens.save_examples(
                 self.data.train, os.path.join(
-                    FLAGS.data_cache_dir,
-                    f"movielens-train-h{FLAGS.history_max_length}"))
+                    self.cfg.data_cache_dir,
+                    f"movielens-train-h{self.cfg.history_max_length}"))
 
     def train(self, input_context=None, repeat=False):
         if self.path is None:
             return self.movielens.movielens_dataset(
-                self.data.train, FLAGS.batch_size,
-                shuffle_buffer=FLAGS.shuffle_buffer, seed=FLAGS.seed,
+                self.data.train, self.cfg.batch_size,
+                shuffle_buffer=self.cfg.shuffle_buffer, seed=self.cfg.seed,
                 repeat=repeat)
-        batch = FLAGS.batch_size
+        batch = self.cfg.batch_size
         if input_context is not None:
             batch = input_context.get_per_replica_batch_size(batch)
         return self.movielens.load_examples_dataset(
-            self.path, batch, shuffle_buffer=FLAGS.shuffle_buffer,
-            seed=FLAGS.seed + (input_context.input_pipeline_id
+            self.path, batch, shuffle_buffer=self.cfg.shuffle_buffer,
+            seed=self.cfg.seed + (input_context.input_pipeline_id
                                if input_context is not None else 0),
             repeat=repeat, input_context=input_context)
 
@@ -325,52 +328,53 @@ class SpecJobData:
     for group AUC). Parquet under ParameterServerStrategy is converted once
     to gzip TFRecord under --data_cache_dir (workers read pure tf.data)."""
 
-    def __init__(self, distributed: bool, spec=None, train_files=None,
-                 eval_files=None, count: bool = True):
+    def __init__(self, cfg: JobConfig, distributed: bool, spec=None,
+                 train_files=None, eval_files=None, count: bool = True):
         """count=False: neither count records nor scan for bad rows (a job
         that only takes a sample batch, e.g. the daily loop's export)."""
         from tnet.data import readers, spec as spec_lib  # noqa: PLC0415
+        self.cfg = cfg
         self.readers = readers
-        self.spec = spec if spec is not None else spec_lib.load(FLAGS.feature_spec)
+        self.spec = spec if spec is not None else spec_lib.load(self.cfg.feature_spec)
         self.kind = "spec"
-        self.format = FLAGS.format
-        self.categorical = self.spec.embedding_columns(FLAGS.embedding_dim)
+        self.format = self.cfg.format
+        self.categorical = self.spec.embedding_columns(self.cfg.embedding_dim)
         self.dense = self.spec.dense
         self.string_ids = self.spec.string_ids
         self.group_key = self.spec.group_key
         self.candidates = None
-        files = list(FLAGS.train_files if train_files is None else train_files)
-        evals = list(FLAGS.eval_files if eval_files is None else eval_files)
+        files = list(self.cfg.train_files if train_files is None else train_files)
+        evals = list(self.cfg.eval_files if eval_files is None else eval_files)
         if not files:
             raise app.UsageError("--feature_spec needs --train_files (or "
                                  "--days with --day_pattern)")
         original, original_evals = files, evals
         if self.format == "parquet" and distributed:
-            cache = os.path.join(FLAGS.data_cache_dir, "parquet-tfrecord")
+            cache = os.path.join(self.cfg.data_cache_dir, "parquet-tfrecord")
             files = readers.parquet_to_tfrecord(self.spec, files, cache,
-                                                FLAGS.bad_rows, log_limit=0)
+                                                self.cfg.bad_rows, log_limit=0)
             evals = (readers.parquet_to_tfrecord(self.spec, evals, cache,
-                                                 FLAGS.bad_rows, log_limit=0)
+                                                 self.cfg.bad_rows, log_limit=0)
                      if evals else [])
             self.format = "tfrecord"
         self.files, self.eval_files = files, evals
         _JOBS.append(self)
-        self.info = {"feature_spec": self.spec.source, "format": FLAGS.format}
+        self.info = {"feature_spec": self.spec.source, "format": self.cfg.format}
         self.log_limit = LOG_LIMIT
         self.bad_rows, self.train_rows = None, None
         if not count:
-            self.log_limit = 0 if FLAGS.bad_rows == "skip" else LOG_LIMIT
-        elif FLAGS.bad_rows == "skip":
+            self.log_limit = 0 if self.cfg.bad_rows == "skip" else LOG_LIMIT
+        elif self.cfg.bad_rows == "skip":
             # One pass in file order before training: every bad row counted
             # per file (the pipelines then skip them silently), and the
             # example counts (steps per epoch too) are the good rows only.
             # The original files: Parquet's bad rows are dropped when it is
             # converted.
             self.bad_rows = {"train": report_skips(readers.scan_files(
-                self.spec, original, FLAGS.format), "train")}
+                self.spec, original, self.cfg.format), "train")}
             if list(original_evals) != list(original) and original_evals:
                 self.bad_rows["eval"] = report_skips(readers.scan_files(
-                    self.spec, original_evals, FLAGS.format), "eval")
+                    self.spec, original_evals, self.cfg.format), "eval")
             else:
                 self.bad_rows["eval"] = self.bad_rows["train"]
             self.train_rows = self.bad_rows["train"]["rows"]
@@ -401,14 +405,14 @@ class SpecJobData:
         return None
 
     def train(self, input_context=None, repeat=False):
-        batch = FLAGS.batch_size
+        batch = self.cfg.batch_size
         if input_context is not None:
             batch = input_context.get_per_replica_batch_size(batch)
         return self.spec.dataset(
-            self.files, self.format, batch, bad_rows=FLAGS.bad_rows,
-            log_limit=self.log_limit, shuffle_buffer=FLAGS.shuffle_buffer,
-            seed=FLAGS.seed if input_context is None else
-            FLAGS.seed + input_context.input_pipeline_id,
+            self.files, self.format, batch, bad_rows=self.cfg.bad_rows,
+            log_limit=self.log_limit, shuffle_buffer=self.cfg.shuffle_buffer,
+            seed=self.cfg.seed if input_context is None else
+            self.cfg.seed + input_context.input_pipeline_id,
             num_epochs=None if repeat else 1, input_context=input_context)
 
     def eval(self, files=None):
@@ -416,6 +420,6 @@ class SpecJobData:
         if not files:
             raise app.UsageError("--feature_spec needs --eval_files to "
                                  "evaluate (or use --days)")
-        return self.spec.dataset(files, self.format, FLAGS.batch_size,
-                                 bad_rows=FLAGS.bad_rows, log_limit=self.log_limit,
+        return self.spec.dataset(files, self.format, self.cfg.batch_size,
+                                 bad_rows=self.cfg.bad_rows, log_limit=self.log_limit,
                                  with_group=self.group_key is not None)
