@@ -167,7 +167,8 @@ class Adam(tf_keras.optimizers.Adam, _TnetOptimizer):
 
     Args:
       learning_rate: for both (a float or a Keras schedule).
-      *args, **kwargs: tf_keras.optimizers.Adam's arguments; its
+      *args: tf_keras.optimizers.Adam's other arguments, in its order.
+      **kwargs: tf_keras.optimizers.Adam's arguments by name; its
         hyperparameters (`beta_1`, `beta_2`, `epsilon`) apply to both, the
         others (`amsgrad`, `clipnorm`, ...) to dense variables.
 
@@ -191,7 +192,8 @@ class Ftrl(tf_keras.optimizers.Ftrl, _TnetOptimizer):
 
     Args:
       learning_rate: for both.
-      *args, **kwargs: tf_keras.optimizers.Ftrl's arguments; its
+      *args: tf_keras.optimizers.Ftrl's other arguments, in its order.
+      **kwargs: tf_keras.optimizers.Ftrl's arguments by name; its
         hyperparameters (`learning_rate_power`,
         `initial_accumulator_value`, the l1, l2 and l2-shrinkage
         regularization strengths, `beta`) apply to both.
