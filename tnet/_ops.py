@@ -111,3 +111,4 @@ tnet_compact_ids = ops.tnet_compact_ids
 tnet_flatten_keys = ops.tnet_flatten_keys
 tnet_shard_order = ops.tnet_shard_order
 tnet_sparse_rule_slots = ops.tnet_sparse_rule_slots
+tnet_sparse_rules = ops.tnet_sparse_rules

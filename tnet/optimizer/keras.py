@@ -34,7 +34,7 @@ class _TnetOptimizer:
         config.update({k: v for k, v in row_hparams.items() if v is not None})
         self.sparse_rule = self.rule_class(
             _float_or_schedule(learning_rate),
-            **{k: config[k] for k in self.rule_class._hparams})
+            **{k: config[k] for k in self.rule_class.hparams()})
 
 
 # Marks an argument the caller did not pass.
@@ -189,10 +189,10 @@ class Adam(tf_keras.optimizers.Adam, _TnetOptimizer):
 
     Args:
       learning_rate: for both (a float or a Keras schedule).
-      beta_1: as in Keras, for both.
-      beta_2: as in Keras, for both.
-      epsilon: as in Keras, for both.
-      **kwargs: Keras optimizer arguments (`clipnorm`, ...).
+      *args: tf_keras.optimizers.Adam's other arguments, in its order.
+      **kwargs: tf_keras.optimizers.Adam's arguments by name; its
+        hyperparameters (`beta_1`, `beta_2`, `epsilon`) apply to both, the
+        others (`amsgrad`, `clipnorm`, ...) to dense variables.
 
     Example:
         ```python
@@ -202,10 +202,8 @@ class Adam(tf_keras.optimizers.Adam, _TnetOptimizer):
 
     rule_class = sparse.Adam
 
-    def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-7, **kwargs):
-        super().__init__(learning_rate=learning_rate, beta_1=beta_1,
-                         beta_2=beta_2, epsilon=epsilon, **kwargs)
+    def __init__(self, learning_rate=0.001, *args, **kwargs):
+        super().__init__(learning_rate, *args, **kwargs)
         self._attach_rule(learning_rate)
 
 
@@ -216,13 +214,11 @@ class Ftrl(tf_keras.optimizers.Ftrl, _TnetOptimizer):
 
     Args:
       learning_rate: for both.
-      learning_rate_power: as in Keras, for both.
-      initial_accumulator_value: as in Keras, for both.
-      l1_regularization_strength: as in Keras, for both.
-      l2_regularization_strength: as in Keras, for both.
-      l2_shrinkage_regularization_strength: as in Keras, for both.
-      beta: as in Keras, for both.
-      **kwargs: Keras optimizer arguments.
+      *args: tf_keras.optimizers.Ftrl's other arguments, in its order.
+      **kwargs: tf_keras.optimizers.Ftrl's arguments by name; its
+        hyperparameters (`learning_rate_power`,
+        `initial_accumulator_value`, the l1, l2 and l2-shrinkage
+        regularization strengths, `beta`) apply to both.
 
     Example:
         ```python
@@ -231,21 +227,8 @@ class Ftrl(tf_keras.optimizers.Ftrl, _TnetOptimizer):
     """
     rule_class = sparse.Ftrl
 
-    def __init__(self, learning_rate=0.001, learning_rate_power=-0.5,
-                 initial_accumulator_value=0.1,
-                 l1_regularization_strength=0.0,
-                 l2_regularization_strength=0.0,
-                 l2_shrinkage_regularization_strength=0.0, beta=0.0,
-                 **kwargs):
-        super().__init__(
-            learning_rate=learning_rate,
-            learning_rate_power=learning_rate_power,
-            initial_accumulator_value=initial_accumulator_value,
-            l1_regularization_strength=l1_regularization_strength,
-            l2_regularization_strength=l2_regularization_strength,
-            l2_shrinkage_regularization_strength=(
-                l2_shrinkage_regularization_strength),
-            beta=beta, **kwargs)
+    def __init__(self, learning_rate=0.001, *args, **kwargs):
+        super().__init__(learning_rate, *args, **kwargs)
         self._attach_rule(learning_rate)
 
 

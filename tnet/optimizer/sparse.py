@@ -1,10 +1,13 @@
 """Sparse update rules: configuration objects turned into table op attrs.
 
-A rule's arithmetic lives in C++ (tnet_ops/optimizers/<rule>.h, listed in
-rules.h); its Python class here names it, lists its Keras hyperparameters and
-says which stock tf_keras optimizer it mirrors. Subclasses register
-themselves by `name`; the slot count comes from the op library, so nothing
-here mirrors C++.
+A rule's arithmetic lives in C++ (tnet_ops/optimizers/<rule>.h), and the
+registration table tnet_ops/optimizers/rules.h lists the rules, the
+hyperparameters each reads (Keras names) and their defaults; Python reads
+that table through the op library (the TnetSparseRules op). A rule's Python
+class here names it, says which stock tf_keras optimizer it mirrors and
+which defaults it gives table rows instead of the table's; subclasses
+register themselves by `name`. Nothing here lists a rule's hyperparameters
+or its slot count.
 """
 from __future__ import annotations
 
@@ -14,36 +17,76 @@ from typing import Any, Callable, Optional, Union
 
 LearningRate = Union[float, Callable[[Any], Any]]
 
+# Marks an argument the caller did not pass.
+_UNSET = object()
+
 
 class SparseRule:
     """Base class: an update rule and its hyperparameters.
 
-    Subclasses set `name` (the kernel's rule, as in the C++ header's kName),
-    list their hyperparameters in `_hparams` (SparseTableHandle attrs, Keras
-    names) and, when a stock tf_keras optimizer has the same update, its
-    lower-case class name in `keras_name`; `table_attrs()` returns the attrs.
+    Subclasses set `name` (the C++ rule's kName), `default_learning_rate`,
+    `keras_name` (when a stock tf_keras optimizer has the same update, its
+    lower-case class name) and optionally `row_defaults` (hyperparameter
+    defaults for table rows that differ from rules.h's). The constructor
+    takes the learning rate, then the rule's hyperparameters (rules.h's
+    names, in its order; positional or by keyword); `table_attrs()`
+    returns the SparseTableHandle attrs.
     """
 
     name: str = ""
     keras_name: str = ""
-    _hparams: tuple[str, ...] = ()
+    default_learning_rate: float = 0.001
+    row_defaults: dict[str, float] = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if "name" in cls.__dict__ and cls.name:
             _BY_NAME[cls.name] = cls
 
-    def __init__(self, learning_rate: LearningRate = 0.01, **hparams: float):
+    def __init__(self, learning_rate: LearningRate = _UNSET, *args: float,
+                 **hparams: float):
+        if learning_rate is _UNSET:
+            learning_rate = self.default_learning_rate
         if not callable(learning_rate):
             _check_number("learning_rate", learning_rate, minimum=0.0)
         self.learning_rate = learning_rate
+        names = self.hparams()
+        cls_name = type(self).__name__
+        if len(args) > len(names):
+            raise TypeError(f"{cls_name}() takes at most {len(names) + 1} "
+                            f"positional arguments (learning_rate"
+                            + "".join(f", {n}" for n in names) + ")")
+        given = dict(zip(names, args))
         for key, value in hparams.items():
+            if key not in names:
+                raise TypeError(
+                    f"{cls_name}() got an unexpected keyword argument {key!r}"
+                    f"; its hyperparameters: {', '.join(names) or 'none'}")
+            if key in given:
+                raise TypeError(
+                    f"{cls_name}() got multiple values for argument {key!r}")
+            given[key] = value
+        for key, default in self.defaults().items():
+            value = given.get(key, default)
             _check_number(key, value)
             setattr(self, key, float(value))
 
+    @classmethod
+    def hparams(cls) -> tuple[str, ...]:
+        """The rule's hyperparameters (Keras names), from rules.h."""
+        return _rule_table()[0][cls.name]
+
+    @classmethod
+    def defaults(cls) -> dict[str, float]:
+        """Each hyperparameter's default for table rows: rules.h's, unless
+        `row_defaults` gives another."""
+        table = _rule_table()[1]
+        return {k: float(cls.row_defaults.get(k, table[k]))
+                for k in cls.hparams()}
+
     def table_attrs(self) -> dict[str, Any]:
         attrs: dict[str, Any] = {"optimizer": self.name}
-        for key in self._hparams:
+        for key in self.hparams():
             attrs[key] = float(getattr(self, key))
         return attrs
 
@@ -60,7 +103,7 @@ class SparseRule:
         set), so Keras' own default there means "not chosen": the rows get
         the rule's row default. Any other value is the user's and is kept.
         """
-        hparams = {k: config[k] for k in cls._hparams}
+        hparams = {k: config[k] for k in cls.hparams()}
         if hparams.get("initial_accumulator_value") == \
                 KERAS_INITIAL_ACCUMULATOR_VALUE:
             del hparams["initial_accumulator_value"]
@@ -69,7 +112,7 @@ class SparseRule:
     def get_config(self) -> dict[str, Any]:
         config = {"class_name": type(self).__name__,
                   "learning_rate": self.learning_rate}
-        config.update({k: getattr(self, k) for k in self._hparams})
+        config.update({k: getattr(self, k) for k in self.hparams()})
         return config
 
     def __repr__(self) -> str:
@@ -88,6 +131,26 @@ def _slots_from_op(name: str, dim: int) -> int:
     from tnet import _ops
     with tf.init_scope(), tf.device("/CPU:0"):
         return int(_ops.tnet_sparse_rule_slots(optimizer=name, dim=dim))
+
+
+@functools.lru_cache(maxsize=None)
+def _rule_table() -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """rules.h as the op library has it: ({rule: its hyperparameters},
+    {hyperparameter: its default, the literal written there})."""
+    import tensorflow as tf
+
+    from tnet import _ops
+    with tf.init_scope(), tf.device("/CPU:0"):
+        rules, rule_hparams, names, defaults = (
+            [v.decode() for v in t.numpy()] for t in _ops.tnet_sparse_rules())
+    return ({r: tuple(h.split()) for r, h in zip(rules, rule_hparams)},
+            dict(zip(names, defaults)))
+
+
+def registered() -> dict[str, tuple[str, ...]]:
+    """Every rule of the op library's registration table (rules.h), with its
+    hyperparameters (Keras names, in argument order)."""
+    return dict(_rule_table()[0])
 
 
 def resolve_learning_rate(step, layer: Optional[Callable[[], Any]] = None,
@@ -131,14 +194,11 @@ def _check_number(name: str, value: Any, minimum: float | None = None) -> None:
 
 
 class SGD(SparseRule):
-    """w -= lr * g."""
+    """w -= lr * g. No hyperparameters, no slots."""
 
     name = "sgd"
     keras_name = "sgd"
-
-    def __init__(self, learning_rate: LearningRate = 0.01):
-        super().__init__(learning_rate)
-
+    default_learning_rate = 0.01
 
 
 # Where a table row's Adagrad accumulator starts (tn.optimizer.Adagrad,
@@ -170,84 +230,52 @@ WIDE_FTRL_INITIAL_ACCUMULATOR_VALUE = 1e-3
 class Adagrad(SparseRule):
     """Element-wise Adagrad, row for row as ResourceSparseApplyAdagradV2.
 
-    The accumulator of a new row starts at `initial_accumulator_value`,
-    by default ROW_INITIAL_ACCUMULATOR_VALUE (1e-6), not Keras' 0.1: rare
-    ids learn at full speed from their first example. Pass 0.1 for Keras'
-    behaviour.
+    Hyperparameters as Keras Adagrad's: `initial_accumulator_value`,
+    `epsilon` (1e-7). The accumulator of a new row starts at
+    `initial_accumulator_value`, by default ROW_INITIAL_ACCUMULATOR_VALUE
+    (1e-6), not Keras' 0.1: rare ids learn at full speed from their first
+    example. Pass 0.1 for Keras' behaviour.
     """
 
     name = "adagrad"
     keras_name = "adagrad"
-    _hparams = ("initial_accumulator_value", "epsilon")
-
-    def __init__(self, learning_rate: LearningRate = 0.001,
-                 initial_accumulator_value: float = ROW_INITIAL_ACCUMULATOR_VALUE,
-                 epsilon: float = 1e-7):
-        super().__init__(learning_rate,
-                         initial_accumulator_value=initial_accumulator_value,
-                         epsilon=epsilon)
-
+    row_defaults = {"initial_accumulator_value": ROW_INITIAL_ACCUMULATOR_VALUE}
 
 
 class RowwiseAdagrad(Adagrad):
     """Adagrad with one accumulator per row (fed the mean squared gradient).
 
-    A third less memory than Adagrad at dim 8; TensorNet and FBGEMM use it
-    for embeddings.
+    Adagrad's hyperparameters and defaults. A third less memory than
+    Adagrad at dim 8; TensorNet and FBGEMM use it for embeddings.
     """
 
     name = "rowwise_adagrad"
     keras_name = ""  # no stock Keras optimizer has this update
 
 
-
 class Adam(SparseRule):
     """Adam with bias correction by each row's own update count.
 
-    A row is updated only on the steps where its key appears, so each row
-    counts its own updates (one extra slot) instead of using the global
-    step; for a row updated every step this equals Keras Adam.
+    Hyperparameters and defaults as Keras Adam's (`beta_1`, `beta_2`,
+    `epsilon`). A row is updated only on the steps where its key appears,
+    so each row counts its own updates (one extra slot) instead of using
+    the global step; for a row updated every step this equals Keras Adam.
     """
 
     name = "adam"
     keras_name = "adam"
-    _hparams = ("beta_1", "beta_2", "epsilon")
-
-    def __init__(self, learning_rate: LearningRate = 0.001,
-                 beta_1: float = 0.9, beta_2: float = 0.999,
-                 epsilon: float = 1e-7):
-        super().__init__(learning_rate, beta_1=beta_1, beta_2=beta_2,
-                         epsilon=epsilon)
-
 
 
 class Ftrl(SparseRule):
-    """FTRL-proximal, row for row as Keras Ftrl (ResourceSparseApplyFtrlV2)."""
+    """FTRL-proximal, row for row as Keras Ftrl (ResourceSparseApplyFtrlV2).
+
+    Hyperparameters and defaults as Keras Ftrl's (`learning_rate_power`,
+    `initial_accumulator_value`, the l1, l2 and l2-shrinkage
+    regularization strengths, `beta`).
+    """
 
     name = "ftrl"
     keras_name = "ftrl"
-    _hparams = ("learning_rate_power", "initial_accumulator_value",
-                "l1_regularization_strength", "l2_regularization_strength",
-                "l2_shrinkage_regularization_strength", "beta")
-
-    def __init__(self, learning_rate: LearningRate = 0.001,
-                 learning_rate_power: float = -0.5,
-                 initial_accumulator_value: float = 0.1,
-                 l1_regularization_strength: float = 0.0,
-                 l2_regularization_strength: float = 0.0,
-                 l2_shrinkage_regularization_strength: float = 0.0,
-                 beta: float = 0.0):
-        super().__init__(
-            learning_rate,
-            learning_rate_power=learning_rate_power,
-            initial_accumulator_value=initial_accumulator_value,
-            l1_regularization_strength=l1_regularization_strength,
-            l2_regularization_strength=l2_regularization_strength,
-            l2_shrinkage_regularization_strength=(
-                l2_shrinkage_regularization_strength),
-            beta=beta)
-
-
 
 
 def get(identifier: "SparseRule | str | None") -> SparseRule:

@@ -17,12 +17,6 @@ namespace tnet {
 
 namespace tf = ::tensorflow;
 
-namespace {
-
-bool FiniteNonNegative(float x) { return std::isfinite(x) && x >= 0.0f; }
-
-}  // namespace
-
 class SparseTableHandleOp : public tf::OpKernel {
  public:
   explicit SparseTableHandleOp(tf::OpKernelConstruction* ctx)
@@ -80,51 +74,20 @@ class SparseTableHandleOp : public tf::OpKernel {
     OP_REQUIRES(ctx, FindRule(opt, &config_.optimizer.rule),
                 tf::errors::InvalidArgument("unknown optimizer '", opt,
                                             "'; use one of ", RuleNames()));
+    // Every hyperparameter of rules.h, whichever rule reads it: its attr,
+    // in its range.
     OptimizerConfig& o = config_.optimizer;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("initial_accumulator_value",
-                                     &o.initial_accumulator_value));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &o.epsilon));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("beta_1", &o.beta_1));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("beta_2", &o.beta_2));
-    OP_REQUIRES_OK(ctx,
-                   ctx->GetAttr("learning_rate_power", &o.learning_rate_power));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("l1_regularization_strength",
-                                     &o.l1_regularization_strength));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("l2_regularization_strength",
-                                     &o.l2_regularization_strength));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("l2_shrinkage_regularization_strength",
-                                     &o.l2_shrinkage_regularization_strength));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("beta", &o.beta));
-    OP_REQUIRES(ctx, FiniteNonNegative(o.initial_accumulator_value),
-                tf::errors::InvalidArgument(
-                    "initial_accumulator_value must be finite and >= 0, got ",
-                    o.initial_accumulator_value));
-    OP_REQUIRES(ctx, FiniteNonNegative(o.epsilon),
-                tf::errors::InvalidArgument(
-                    "epsilon must be finite and >= 0, got ", o.epsilon));
+    for (const HparamSpec& h : kSparseHparams) {
+      float& value = o.*h.field;
+      OP_REQUIRES_OK(ctx, ctx->GetAttr(h.name, &value));
+      OP_REQUIRES(ctx, HparamInRange(h.range, value),
+                  tf::errors::InvalidArgument(
+                      h.name, " must be ", HparamRangeText(h.range), ", got ",
+                      value));
+    }
     const std::string rule_error = CheckRule(o);
     OP_REQUIRES(ctx, rule_error.empty(),
                 tf::errors::InvalidArgument(rule_error));
-    OP_REQUIRES(ctx, o.beta_1 >= 0.0f && o.beta_1 < 1.0f,
-                tf::errors::InvalidArgument("beta_1 must be in [0, 1), got ",
-                                            o.beta_1));
-    OP_REQUIRES(ctx, o.beta_2 >= 0.0f && o.beta_2 < 1.0f,
-                tf::errors::InvalidArgument("beta_2 must be in [0, 1), got ",
-                                            o.beta_2));
-    OP_REQUIRES(ctx,
-                std::isfinite(o.learning_rate_power) &&
-                    o.learning_rate_power <= 0.0f,
-                tf::errors::InvalidArgument(
-                    "learning_rate_power must be finite and <= 0, got ",
-                    o.learning_rate_power));
-    OP_REQUIRES(ctx,
-                FiniteNonNegative(o.l1_regularization_strength) &&
-                    FiniteNonNegative(o.l2_regularization_strength) &&
-                    FiniteNonNegative(o.l2_shrinkage_regularization_strength) &&
-                    FiniteNonNegative(o.beta),
-                tf::errors::InvalidArgument(
-                    "l1/l2/l2_shrinkage regularization strengths and beta must "
-                    "be finite and >= 0"));
 
     std::string init;
     std::vector<float> params;
@@ -235,5 +198,49 @@ class SparseRuleSlotsOp : public tf::OpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("TnetSparseRuleSlots").Device(tf::DEVICE_CPU),
                         SparseRuleSlotsOp);
+
+// The registration table (rules.h) for Python: each rule's name and
+// hyperparameters (all rules, or the one named by `optimizer`), and every
+// hyperparameter's default as written there.
+class SparseRulesOp : public tf::OpKernel {
+ public:
+  explicit SparseRulesOp(tf::OpKernelConstruction* ctx) : tf::OpKernel(ctx) {
+    std::string opt;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("optimizer", &opt));
+    for (const auto& r : RuleHparams()) {
+      if (opt.empty() || opt == r.first) rules_.push_back(r);
+    }
+    OP_REQUIRES(ctx, !rules_.empty(),
+                tf::errors::InvalidArgument("unknown optimizer '", opt,
+                                            "'; use one of ", RuleNames()));
+  }
+
+  void Compute(tf::OpKernelContext* ctx) override {
+    const int64_t num_rules = static_cast<int64_t>(rules_.size());
+    const int64_t num_hparams = static_cast<int64_t>(
+        sizeof(kSparseHparams) / sizeof(kSparseHparams[0]));
+    tf::Tensor* out[4] = {};
+    for (int i = 0; i < 4; ++i) {
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                              i, tf::TensorShape({i < 2 ? num_rules
+                                                        : num_hparams}),
+                              &out[i]));
+    }
+    for (int64_t r = 0; r < num_rules; ++r) {
+      out[0]->vec<tf::tstring>()(r) = rules_[r].first;
+      out[1]->vec<tf::tstring>()(r) = rules_[r].second;
+    }
+    for (int64_t h = 0; h < num_hparams; ++h) {
+      out[2]->vec<tf::tstring>()(h) = kSparseHparams[h].name;
+      out[3]->vec<tf::tstring>()(h) = kSparseHparams[h].default_text;
+    }
+  }
+
+ private:
+  std::vector<std::pair<const char*, const char*>> rules_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("TnetSparseRules").Device(tf::DEVICE_CPU),
+                        SparseRulesOp);
 
 }  // namespace tnet

@@ -3,6 +3,7 @@
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "tnet_ops/optimizers/rules.h"
 
 namespace tnet {
 
@@ -39,6 +40,9 @@ Status RowsInput(InferenceContext* c, int i, int64_t dim, ShapeHandle* out) {
   return c->WithValue(c->Dim(*out, 1), dim, &unused);
 }
 
+// `.Attr("epsilon: float = 1e-7")` for each hyperparameter of rules.h.
+#define TNET_HPARAM_ATTR(name, value, range) .Attr(#name ": float = " #value)
+
 }  // namespace
 
 REGISTER_OP("SparseTableHandle")
@@ -47,15 +51,8 @@ REGISTER_OP("SparseTableHandle")
     .Attr("shared_name: string = ''")
     .Attr("dim: int")
     .Attr("optimizer: string")
-    .Attr("initial_accumulator_value: float = 0.1")
-    .Attr("epsilon: float = 1e-7")
-    .Attr("beta_1: float = 0.9")
-    .Attr("beta_2: float = 0.999")
-    .Attr("learning_rate_power: float = -0.5")
-    .Attr("l1_regularization_strength: float = 0.0")
-    .Attr("l2_regularization_strength: float = 0.0")
-    .Attr("l2_shrinkage_regularization_strength: float = 0.0")
-    .Attr("beta: float = 0.0")
+    // One float attr per hyperparameter of rules.h, with its default.
+    TNET_SPARSE_HPARAMS(TNET_HPARAM_ATTR)
     .Attr("initializer: string = 'truncated_normal'")
     .Attr("initializer_params: list(float) = [0.0, 0.05]")
     .Attr("seed: int = 0")
@@ -75,7 +72,9 @@ REGISTER_OP("SparseTableHandle")
     .Doc(R"doc(
 Creates (or finds, by container/shared_name) one shard of a sparse embedding
 table and returns its handle. The optimizer and its hyperparameters (Keras
-names) are fixed at creation because the row layout depends on them.
+names, one float attr each: TNET_SPARSE_HPARAMS in
+tnet_ops/optimizers/rules.h) are fixed at creation because the row layout
+depends on them; every attr is range-checked whichever rule reads it.
 optimizer: a rule of tnet_ops/optimizers/rules.h (sgd, adagrad, ...).
 initializer: zeros | constant [value] | uniform [minval, maxval] |
   normal [mean, stddev] | truncated_normal [mean, stddev]; seeded by key.
@@ -377,6 +376,24 @@ REGISTER_OP("TnetSparseRuleSlots")
     .Doc(R"doc(
 The number of optimizer slots a table row holds for rule `optimizer` at
 width `dim` (tnet/optimizer/sparse.py reads it instead of mirroring C++).
+)doc");
+
+REGISTER_OP("TnetSparseRules")
+    .Output("rules: string")
+    .Output("rule_hparams: string")
+    .Output("hparams: string")
+    .Output("hparam_defaults: string")
+    .Attr("optimizer: string = ''")
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < 4; ++i) c->set_output(i, c->Vector(c->UnknownDim()));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+The registration table of tnet_ops/optimizers/rules.h, for
+tnet/optimizer/sparse.py: each rule's name and its hyperparameters
+(space-separated, in its Python class's argument order), and every
+hyperparameter's name and default (the literal written there).
+optimizer: '' for every rule, or the one rule to describe.
 )doc");
 
 REGISTER_OP("TnetSumRows")

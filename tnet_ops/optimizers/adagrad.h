@@ -14,16 +14,20 @@ namespace tnet {
 
 struct Adagrad : RuleBase {
   static constexpr const char* kName = "adagrad";
+  static constexpr const char* kHparams = "initial_accumulator_value epsilon";
   static int NumSlots(int dim) { return dim; }
-  static std::string Check(const OptimizerConfig& c) {
+  template <typename Config>
+  static std::string Check(const Config& c) {
     if (c.epsilon > 0.0f || c.initial_accumulator_value > 0.0f) return "";
     return "adagrad needs epsilon > 0 or initial_accumulator_value > 0 "
            "(otherwise the first update divides by zero)";
   }
-  static void InitSlots(const OptimizerConfig& c, int dim, float* s) {
+  template <typename Config>
+  static void InitSlots(const Config& c, int dim, float* s) {
     for (int j = 0; j < dim; ++j) s[j] = c.initial_accumulator_value;
   }
-  static void Apply(const OptimizerConfig& c, float lr, int dim, const float* g,
+  template <typename Config>
+  static void Apply(const Config& c, float lr, int dim, const float* g,
                     float* w, float* acc) {
     ForRowWidth(dim, [&](auto width) {
       Row<decltype(width)::value>(lr, c.epsilon, dim, g, w, acc);

@@ -23,11 +23,14 @@ namespace tnet {
 
 struct Adam : RuleBase {
   static constexpr const char* kName = "adam";
+  static constexpr const char* kHparams = "beta_1 beta_2 epsilon";
   static int NumSlots(int dim) { return 2 * dim + 1; }
-  static void InitSlots(const OptimizerConfig&, int dim, float* s) {
+  template <typename Config>
+  static void InitSlots(const Config&, int dim, float* s) {
     for (int j = 0; j < 2 * dim + 1; ++j) s[j] = 0.0f;
   }
-  static void Apply(const OptimizerConfig& c, float lr, int dim, const float* g,
+  template <typename Config>
+  static void Apply(const Config& c, float lr, int dim, const float* g,
                     float* w, float* s) {
     float* m = s;
     float* v = s + dim;

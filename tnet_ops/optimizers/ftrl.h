@@ -19,14 +19,20 @@ namespace tnet {
 
 struct Ftrl : RuleBase {
   static constexpr const char* kName = "ftrl";
+  static constexpr const char* kHparams =
+      "learning_rate_power initial_accumulator_value "
+      "l1_regularization_strength l2_regularization_strength "
+      "l2_shrinkage_regularization_strength beta";
   // Apply divides by lr.
   static constexpr bool kNeedsPositiveLearningRate = true;
   static int NumSlots(int dim) { return 2 * dim; }
-  static void InitSlots(const OptimizerConfig& c, int dim, float* s) {
+  template <typename Config>
+  static void InitSlots(const Config& c, int dim, float* s) {
     for (int j = 0; j < dim; ++j) s[j] = c.initial_accumulator_value;
     for (int j = dim; j < 2 * dim; ++j) s[j] = 0.0f;
   }
-  static void Apply(const OptimizerConfig& c, float lr, int dim, const float* g,
+  template <typename Config>
+  static void Apply(const Config& c, float lr, int dim, const float* g,
                     float* w, float* s) {
     float* n = s;
     float* z = s + dim;

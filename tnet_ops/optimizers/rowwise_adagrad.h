@@ -16,14 +16,18 @@ namespace tnet {
 
 struct RowwiseAdagrad : RuleBase {
   static constexpr const char* kName = "rowwise_adagrad";
+  static constexpr const char* kHparams = Adagrad::kHparams;
   static int NumSlots(int) { return 1; }
-  static std::string Check(const OptimizerConfig& c) {
+  template <typename Config>
+  static std::string Check(const Config& c) {
     return Adagrad::Check(c);
   }
-  static void InitSlots(const OptimizerConfig& c, int, float* s) {
+  template <typename Config>
+  static void InitSlots(const Config& c, int, float* s) {
     s[0] = c.initial_accumulator_value;
   }
-  static void Apply(const OptimizerConfig& c, float lr, int dim, const float* g,
+  template <typename Config>
+  static void Apply(const Config& c, float lr, int dim, const float* g,
                     float* w, float* acc) {
     float sq = 0.0f;
     for (int j = 0; j < dim; ++j) sq += g[j] * g[j];

@@ -1,28 +1,80 @@
-// The list of sparse update rules, and what is derived from it.
+// The registration table of the sparse update rules: the ops, the kernels
+// and Python read every rule and every hyperparameter from here.
 //
-// Adding a rule: write its header (see optimizer.h for the interface), add it
-// to SparseRules below, and add one Python class in tnet/optimizer/sparse.py
-// with the same `name` (Python asks the TnetSparseRuleSlots op for its slot
-// count). A rule's OptimizerConfig::rule is its index in SparseRules.
+// A rule is three pieces: its header (tnet_ops/optimizers/<rule>.h, see
+// optimizer.h), its lines below (an #include, its hyperparameters in
+// TNET_SPARSE_HPARAMS if new ones, its struct in SparseRules), and its
+// Python class in tnet/optimizer/sparse.py with the same `name`. Derived
+// from this file: OptimizerConfig (one field per hyperparameter), the
+// SparseTableHandle attrs (ops/table_ops.cc), the handle kernel's parsing
+// and range checks (kernels/handle_kernel.cc), the push dispatch, slot
+// counts, and the TnetSparseRules op through which Python learns each
+// rule's hyperparameters and their defaults (nothing in Python lists them).
 #ifndef TNET_OPS_OPTIMIZERS_RULES_H_
 #define TNET_OPS_OPTIMIZERS_RULES_H_
 
+#include <cstddef>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "tnet_ops/optimizers/optimizer.h"
+// One line per rule.
 #include "tnet_ops/optimizers/adagrad.h"
 #include "tnet_ops/optimizers/adam.h"
 #include "tnet_ops/optimizers/ftrl.h"
-#include "tnet_ops/optimizers/optimizer.h"
 #include "tnet_ops/optimizers/rowwise_adagrad.h"
 #include "tnet_ops/optimizers/sgd.h"
 
+// Every hyperparameter a rule may read: X(Keras name, default, range).
+// The default is the SparseTableHandle attr's and the Python class's
+// (written as a literal: Python reads its text, so 1e-7 stays 1e-7); the
+// range is checked when a table is created. An attr's name and default
+// are part of every graph that holds a table: never rename or change one,
+// add a new one instead.
+#define TNET_SPARSE_HPARAMS(X)                                   \
+  X(initial_accumulator_value, 0.1, kNonNegative)                \
+  X(epsilon, 1e-7, kNonNegative)                                 \
+  X(beta_1, 0.9, kUnitInterval)                                  \
+  X(beta_2, 0.999, kUnitInterval)                                \
+  X(learning_rate_power, -0.5, kNonPositive)                     \
+  X(l1_regularization_strength, 0.0, kNonNegative)               \
+  X(l2_regularization_strength, 0.0, kNonNegative)               \
+  X(l2_shrinkage_regularization_strength, 0.0, kNonNegative)     \
+  X(beta, 0.0, kNonNegative)
+
 namespace tnet {
 
+// The rules, in the order of OptimizerConfig::rule (0 is SGD). A rule's
+// index is not stored anywhere (checkpoints and graphs name the rule).
 template <typename... Rules>
 struct RuleList {};
 
 using SparseRules = RuleList<Sgd, Adagrad, RowwiseAdagrad, Adam, Ftrl>;
+
+// A table's rule and its hyperparameters.
+struct OptimizerConfig {
+  int rule = 0;  // index into SparseRules
+#define TNET_HPARAM_FIELD(name, value, range) float name = value;
+  TNET_SPARSE_HPARAMS(TNET_HPARAM_FIELD)
+#undef TNET_HPARAM_FIELD
+};
+
+// One hyperparameter: its name, default (as written above), range, and
+// its field in OptimizerConfig.
+struct HparamSpec {
+  const char* name;
+  const char* default_text;
+  HparamRange range;
+  float OptimizerConfig::*field;
+};
+
+inline constexpr HparamSpec kSparseHparams[] = {
+#define TNET_HPARAM_SPEC(name, value, range) \
+  {#name, #value, HparamRange::range, &OptimizerConfig::name},
+    TNET_SPARSE_HPARAMS(TNET_HPARAM_SPEC)
+#undef TNET_HPARAM_SPEC
+};
 
 namespace rules_internal {
 
@@ -46,13 +98,46 @@ bool Find(const std::string& name, int* rule, RuleList<Rules...>) {
 }
 
 template <typename... Rules>
-std::string Names(RuleList<Rules...>) {
-  std::string out;
-  ((out += (out.empty() ? "" : ", "), out += Rules::kName), ...);
-  return out;
+std::vector<std::pair<const char*, const char*>> List(RuleList<Rules...>) {
+  return {{Rules::kName, Rules::kHparams}...};
+}
+
+// Whether the space-separated `names` are all in kSparseHparams (checked
+// at compile time for every rule below: a misspelt name fails the build).
+constexpr bool SameName(const char* a, size_t n, const char* b) {
+  for (size_t i = 0; i < n; ++i) {
+    if (b[i] != a[i]) return false;
+  }
+  return b[n] == '\0';
+}
+
+constexpr bool KnownHparams(const char* names) {
+  size_t i = 0;
+  while (names[i] != '\0') {
+    while (names[i] == ' ') ++i;
+    if (names[i] == '\0') break;
+    size_t n = 0;
+    while (names[i + n] != '\0' && names[i + n] != ' ') ++n;
+    bool known = false;
+    for (const HparamSpec& h : kSparseHparams) {
+      known = known || SameName(names + i, n, h.name);
+    }
+    if (!known) return false;
+    i += n;
+  }
+  return true;
+}
+
+template <typename... Rules>
+constexpr bool AllKnown(RuleList<Rules...>) {
+  return (KnownHparams(Rules::kHparams) && ...);
 }
 
 }  // namespace rules_internal
+
+static_assert(rules_internal::AllKnown(SparseRules{}),
+              "a rule's kHparams names a hyperparameter that is not in "
+              "TNET_SPARSE_HPARAMS");
 
 // Calls f(Rule{}) for the rule with index `rule`; f is usually a generic
 // lambda that instantiates a template with decltype(rule).
@@ -66,8 +151,20 @@ inline bool FindRule(const std::string& name, int* rule) {
   return rules_internal::Find(name, rule, SparseRules{});
 }
 
+// Every rule's name and its hyperparameters (kHparams), in rule order.
+inline std::vector<std::pair<const char*, const char*>> RuleHparams() {
+  return rules_internal::List(SparseRules{});
+}
+
 // "sgd, adagrad, ..." for error messages.
-inline std::string RuleNames() { return rules_internal::Names(SparseRules{}); }
+inline std::string RuleNames() {
+  std::string out;
+  for (const auto& r : RuleHparams()) {
+    if (!out.empty()) out += ", ";
+    out += r.first;
+  }
+  return out;
+}
 
 inline int NumSlotsFor(int rule, int dim) {
   return DispatchRule(rule, [dim](auto r) { return decltype(r)::NumSlots(dim); });

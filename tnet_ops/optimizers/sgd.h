@@ -8,9 +8,11 @@ namespace tnet {
 
 struct Sgd : RuleBase {
   static constexpr const char* kName = "sgd";
-  static int NumSlots(int dim) { return 0; }
-  static void InitSlots(const OptimizerConfig&, int, float*) {}
-  static void Apply(const OptimizerConfig&, float lr, int dim, const float* g,
+  static int NumSlots(int) { return 0; }
+  template <typename Config>
+  static void InitSlots(const Config&, int, float*) {}
+  template <typename Config>
+  static void Apply(const Config&, float lr, int dim, const float* g,
                     float* w, float*) {
     ForRowWidth(dim, [&](auto width) {
       Row<decltype(width)::value>(lr, dim, g, w);

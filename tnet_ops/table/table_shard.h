@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "tnet_ops/optimizers/optimizer.h"
+#include "tnet_ops/optimizers/rules.h"
 #include "tnet_ops/table/hash_index.h"
 #include "tnet_ops/table/initializer.h"
 #include "tnet_ops/table/pending_map.h"
