@@ -1,6 +1,7 @@
 """Which room may import which: tnet's module import graph, read from the
-sources (top-level and function-local imports alike), has no cycle through
-tnet.saving or tnet.serving and no import of tnet.serving from tnet.saving;
+sources (top-level and function-local imports alike; imports under
+`if TYPE_CHECKING:` are annotations, not edges), has no cycle anywhere and
+no import of tnet.serving from tnet.saving;
 and tnet.serving.deltas, the delta files a follower reads, loads in a
 process that refuses TensorFlow."""
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _imports(name: str, path: pathlib.Path, modules: dict) -> set:
     is a.b; `from a import b` is a.b when that is a module, else a."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -48,6 +49,26 @@ def _imports(name: str, path: pathlib.Path, modules: dict) -> set:
                 sub = f"{base}.{alias.name}"
                 found.add(sub if sub in modules else base)
     return {m for m in found if m in modules and m != name}
+
+
+def _type_checking(node) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def _runtime_nodes(tree):
+    """ast.walk without the bodies of `if TYPE_CHECKING:` (never run)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if _type_checking(child):
+                todo.extend(child.orelse)
+            else:
+                todo.append(child)
 
 
 def _graph() -> dict:
@@ -110,6 +131,22 @@ def test_saving_and_serving_import_no_circle():
     assert not reach_in, f"tnet.saving imports tnet.serving: {reach_in}"
     circles = [c for c in _cycles(graph) if any(map(_in_wings, c))]
     assert not circles, f"import circles through saving/serving: {circles}"
+
+
+def test_no_import_circle_anywhere_in_tnet():
+    circles = _cycles(_graph())
+    assert not circles, f"import circles: {circles}"
+
+
+def test_type_checking_imports_are_no_edge(tmp_path):
+    """An annotation-only import does not count; the same import at run
+    time does."""
+    a = tmp_path / "a.py"
+    a.write_text("from typing import TYPE_CHECKING\n"
+                 "if TYPE_CHECKING:\n    from tnet.data import b\n"
+                 "else:\n    import tnet.data.c\n")
+    modules = {"tnet.data.a": a, "tnet.data.b": a, "tnet.data.c": a}
+    assert _imports("tnet.data.a", a, modules) == {"tnet.data.c"}
 
 
 def test_cycle_finder_finds_a_function_local_circle(tmp_path):

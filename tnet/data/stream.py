@@ -414,8 +414,8 @@ class _Reader:
     def read(self, path: str):
         """(entry, [flat numpy batch, ...]); entry["status"] is "bad" (with
         "where") when the file cannot be read whole."""
-        from tnet.data import ReadStats  # noqa: PLC0415
         from tnet.data import readers  # noqa: PLC0415
+        from tnet.data._rows import ReadStats  # noqa: PLC0415
         entry: Dict[str, Any] = {"path": path}
         try:
             entry["mtime"] = _file_mtime(path)
