@@ -5,8 +5,9 @@ every tnet_ops/**/*.cc against the TensorFlow installed in the current
 environment into tnet/_lib/libtnet_ops.so. Build isolation must stay off:
 the library has to link against the very TensorFlow that will load it.
 Objects are cached in build/obj and recompiled only when a source or any
-header under tnet_ops/ changed; files compile in parallel (TNET_BUILD_JOBS,
-default: number of CPUs). TNET_EXTRA_CFLAGS adds flags (e.g. sanitizers).
+header under tnet_ops/ changed, and shared between checkouts through
+~/.cache/tnet/obj (TNET_BUILD_CACHE; see _ObjectCache); files compile in
+parallel (TNET_BUILD_JOBS, default: number of CPUs). TNET_EXTRA_CFLAGS adds flags (e.g. sanitizers).
 tnet_ops/bind/bind_shim.c becomes tnet/_lib/libtnet_bind.so, a separate
 LD_PRELOAD library (see tnet/bind.py).
 
@@ -29,8 +30,10 @@ import os
 import pathlib
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import time
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -55,6 +58,78 @@ def _tf_flags() -> tuple[list[str], list[str]]:
     return tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
 
 
+class _ObjectCache:
+    """Objects shared by every checkout on this machine, so a fresh clone
+    (CI, a second worktree, after `make clean`) compiles only what changed:
+    ${TNET_BUILD_CACHE:-~/.cache/tnet/obj}/<key>.o, the key a hash of the
+    compiler's version, the flags (the checkout's path taken out), the
+    TensorFlow version, the source and every header under tnet_ops/.
+    TNET_BUILD_CACHE=0 turns it off; entries unused for 30 days go."""
+
+    MAX_AGE_S = 30 * 86400
+
+    def __init__(self, cxx: str, cflags: list[str],
+                 headers: list[pathlib.Path]) -> None:
+        where = os.environ.get("TNET_BUILD_CACHE", "")
+        self.dir = None
+        if where == "0":
+            return
+        self.dir = pathlib.Path(where or os.path.join(
+            os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
+            "tnet", "obj"))
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            version = subprocess.run([cxx, "--version"], capture_output=True,
+                                     text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError):
+            self.dir = None
+            return
+        import importlib.metadata  # noqa: PLC0415
+        base = hashlib.sha256()
+        for part in [version, importlib.metadata.version("tensorflow"),
+                     *(f.replace(str(ROOT), "<checkout>") for f in cflags)]:
+            base.update(part.encode() + b"\0")
+        for h in headers:
+            base.update(str(h.relative_to(ROOT)).encode() + b"\0")
+            base.update(h.read_bytes())
+        self.base = base
+        now = time.time()
+        for old in self.dir.glob("*.o"):
+            try:
+                if now - old.stat().st_mtime > self.MAX_AGE_S:
+                    old.unlink()
+            except OSError:
+                pass
+
+    def _path(self, src: pathlib.Path) -> pathlib.Path:
+        key = self.base.copy()
+        key.update(str(src.relative_to(ROOT)).encode() + b"\0")
+        key.update(src.read_bytes())
+        return self.dir / (key.hexdigest()[:32] + ".o")
+
+    def fetch(self, src: pathlib.Path, obj: pathlib.Path) -> bool:
+        if self.dir is None:
+            return False
+        cached = self._path(src)
+        try:
+            shutil.copyfile(cached, obj)
+            os.utime(cached)  # in use: not pruned
+        except OSError:
+            return False
+        return True
+
+    def store(self, src: pathlib.Path, obj: pathlib.Path) -> None:
+        if self.dir is None:
+            return
+        cached = self._path(src)
+        tmp = cached.with_name(f".{cached.name}.{os.getpid()}.tmp")
+        try:
+            shutil.copyfile(obj, tmp)
+            os.replace(tmp, cached)
+        except OSError:
+            pass
+
+
 class BuildOps(build_ext):
     """Compiles tnet_ops/ with g++ -std=c++17 -O2 and TF's own flags."""
 
@@ -70,9 +145,12 @@ class BuildOps(build_ext):
         cxx = os.environ.get("CXX", "g++")
         # -fno-math-errno: sqrt need not set errno (nothing reads it), so
         # the optimizers' row loops vectorize (sqrtps, same results).
+        # -ffile-prefix-map: an object names its sources relative to the
+        # checkout, so another clone can reuse it (_ObjectCache).
         cflags = ["-std=c++17", "-fPIC", "-O2", "-fno-math-errno", "-Wall",
                   "-Wno-sign-compare", "-Wno-deprecated-declarations",
-                  f"-I{ROOT}"] + compile_flags + extra
+                  f"-ffile-prefix-map={ROOT}/=", f"-I{ROOT}"
+                  ] + compile_flags + extra
         # TF's flags carry --std=c++17 already; keep ours for clarity.
         # Objects are cached per set of flags: a flag change recompiles.
         flags_id = hashlib.sha1(" ".join([cxx, *cflags]).encode()).hexdigest()[:10]
@@ -83,14 +161,21 @@ class BuildOps(build_ext):
         headers = sorted(OPS.rglob("*.h"))
         newest_header = max((h.stat().st_mtime for h in headers), default=0)
 
+        cache = _ObjectCache(cxx, cflags, headers)
+
         def compile_one(src: pathlib.Path) -> pathlib.Path:
             obj = objdir / (str(src.relative_to(OPS)).replace("/", "_") + ".o")
             if (obj.exists() and obj.stat().st_mtime >= src.stat().st_mtime
                     and obj.stat().st_mtime >= newest_header):
                 return obj
+            if cache.fetch(src, obj):
+                print("[tnet build]", src.relative_to(ROOT), "(cached)",
+                      flush=True)
+                return obj
             cmd = [cxx, *cflags, "-c", str(src), "-o", str(obj)]
             print("[tnet build]", src.relative_to(ROOT), flush=True)
             subprocess.run(cmd, check=True)
+            cache.store(src, obj)
             return obj
 
         jobs = int(os.environ.get("TNET_BUILD_JOBS", os.cpu_count() or 1))
