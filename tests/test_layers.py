@@ -624,3 +624,35 @@ def test_concat_dense_is_a_dense_layer_over_the_concat(tmp_path):
     single = mlp((8,), "single")  # one tensor in: a plain Dense
     np.testing.assert_array_equal(
         single(tf.concat([a, b], 1)).shape, (33, 1))
+
+
+def test_autograph_converts_a_users_call_but_not_tnets_code():
+    """tnet is among AutoGraph's do-not-convert modules (its graph code
+    needs no conversion, and converting it cost seconds per process); a
+    user's own subclassed model, with a Python `if` on a tensor that only
+    AutoGraph can turn into a graph branch, still trains through fit."""
+    from tensorflow.python.autograph.impl import conversion  # noqa: PLC0415
+    from tnet.layers import embedding_features  # noqa: PLC0415
+    assert conversion.is_allowlisted(embedding_features.EmbeddingFeatures.call)
+
+    class Gated(tn.Model):
+        def __init__(self):
+            super().__init__()
+            self.emb = tn.layers.EmbeddingFeatures(_columns())
+            self.out = tf_keras.layers.Dense(1)
+
+        def call(self, features):
+            x = self.emb(features)
+            if tf.reduce_sum(x) > 1e9:  # a graph branch only by AutoGraph
+                x = x * 0.0
+            return self.out(x)
+
+    assert not conversion.is_allowlisted(Gated.call)
+    model = Gated()
+    model.compile(optimizer=tf_keras.optimizers.SGD(LR),
+                  loss=tf_keras.losses.BinaryCrossentropy(from_logits=True))
+    feats, y = _batches(1)[0]
+    before = model(feats).numpy()
+    model.fit(tf.data.Dataset.from_tensors((feats, y)).repeat(3), verbose=0)
+    after = model(feats).numpy()
+    assert np.isfinite(after).all() and not np.allclose(before, after)

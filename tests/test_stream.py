@@ -262,6 +262,42 @@ def test_read_state_checks_the_file(tmp_path, spec):
         tn.saving.read_state(path, "stream")
 
 
+# --------------------------------------------- the CLI's checkpoint set-up
+def test_the_cli_jobs_build_their_checkpoint_callbacks_from_the_flags(tmp_path):
+    """The one-pass job and the stream job get their checkpoint and
+    maintenance callbacks from one function: the flags reach them."""
+    from tnet.cli import model as cli_model  # noqa: PLC0415
+    from tnet.cli.config import JobConfig  # noqa: PLC0415
+    assert cli_model.checkpoint_callbacks(JobConfig()) == (None, [])
+    only_maintenance = JobConfig(maintenance_every_n_steps=2,
+                                 model_dir=str(tmp_path / "run"))
+    ckpt, callbacks = cli_model.checkpoint_callbacks(only_maintenance)
+    assert ckpt is None and len(callbacks) == 1
+    assert isinstance(callbacks[0], tn.callbacks.TableMaintenance)
+    cfg = JobConfig(
+        checkpoint_dir=str(tmp_path / "ck"), checkpoint_every_n_steps=7,
+        checkpoint_every_n_epochs=0, checkpoint_keep=5,
+        checkpoint_incremental=True, checkpoint_full_every=4,
+        checkpoint_every_n_files=3, checkpoint_every_seconds=2.5,
+        maintenance_every_n_steps=9, model_dir=str(tmp_path / "run"))
+    stream = FileStream(str(tmp_path / "in"))
+    for source in (None, stream):
+        ckpt, callbacks = cli_model.checkpoint_callbacks(cfg, source)
+        # The checkpoint first (its restore precedes the other callbacks),
+        # then the maintenance it also runs right before each save.
+        assert callbacks[0] is ckpt and len(callbacks) == 2
+        maintenance = callbacks[1]
+        assert isinstance(maintenance, tn.callbacks.TableMaintenance)
+        assert maintenance.every_n_steps == 9 and ckpt.maintenance is maintenance
+        assert ckpt.directory == str(tmp_path / "ck")
+        assert (ckpt.keep, ckpt.incremental, ckpt.full_every) == (5, True, 4)
+    assert type(ckpt) is tn.callbacks.StreamCheckpoint and ckpt.stream is stream
+    assert (ckpt.every_n_files, ckpt.every_seconds) == (3, 2.5)
+    ckpt, _ = cli_model.checkpoint_callbacks(cfg)
+    assert type(ckpt) is tn.callbacks.Checkpoint
+    assert (ckpt.every_n_steps, ckpt.every_n_epochs) == (7, None)
+
+
 # ----------------------------------------------------------- the CLI, kill -9
 def _cli(work: pathlib.Path, ckpt: str, *extra) -> list[str]:
     return [sys.executable, "-m", "tnet.train",

@@ -91,6 +91,13 @@ def test_tiered_table_equals_the_in_memory_one(tmp_path, rule, life):
               "pending_dropped", "cap_evicted"):
         assert sm[f] == st[f], (f, sm, st)
     assert st["tier_misses"] > 0 and st["tier_writebacks"] > 0, st
+    # The hit rate since creation, from the shards' counters.
+    shards = tier.shard_stats()
+    lookups = sum(s["tier_lookups"] for s in shards)
+    misses = sum(s["tier_misses"] for s in shards)
+    assert 0 < misses < lookups
+    assert st["tier_hit_rate"] == pytest.approx(1 - misses / lookups)
+    assert sm["tier_hit_rate"] == 1.0 and sm["tier_lookups"] == 0
     assert st["tier_on_disk"] + st["tier_resident"] == st["rows"], st
     assert st["tier_resident"] <= 2 * 64, st  # one row per stripe
     assert st["tier_disk_bytes"] >= st["tier_on_disk"] * _row_bytes(probe)

@@ -75,6 +75,22 @@ if _WITH_TENSORFLOW:
         setattr(saving, _name, getattr(serving, _name))
     del _name
 
+    def _autograph_leaves_tnet_alone() -> None:
+        """tnet's graph code is written for graphs (tf.cond, tf.while_loop,
+        no Python branches on tensors), so AutoGraph has nothing to convert
+        in it; converting it anyway cost each process ~6 s of CPU the first
+        time a model was traced (the embedding helpers alone ~3 s). tnet is
+        added to AutoGraph's do-not-convert modules, as tf_keras is: a
+        user's own layers and steps, called through Keras, are converted
+        as before."""
+        from tensorflow.python.autograph.core import config  # noqa: PLC0415
+        rule = config.DoNotConvert("tnet")
+        if not any(isinstance(r, config.DoNotConvert) and r.matches("tnet")
+                   for r in config.CONVERSION_RULES):
+            config.CONVERSION_RULES = (rule, *config.CONVERSION_RULES)
+
+    _autograph_leaves_tnet_alone()
+
     __all__ = ["SparseTable", "Model", "bind", "callbacks", "data",
                "distribute", "feature_column", "layers", "log", "model",
                "models", "monitoring", "optimizer", "saving", "serving"]

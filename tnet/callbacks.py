@@ -17,7 +17,7 @@ import tf_keras
 from tnet import distribute as tn_distribute
 from tnet.saving import checkpoint as ckpt
 from tnet.files import logger as _ckpt_logger
-from tnet.table import model_tables
+from tnet.table import hit_rate, model_tables
 
 __all__ = ["Checkpoint", "StreamCheckpoint", "TableMaintenance",
            "PublishDeltas", "recount_steps"]
@@ -628,8 +628,8 @@ class TableMaintenance(tf_keras.callbacks.Callback):
                 misses = stats["tier_misses"] - prev[1]
                 self._tier_prev[name] = (stats["tier_lookups"],
                                          stats["tier_misses"])
-                metrics[f"table/{name}/tier_hit_rate"] = (
-                    1.0 - misses / lookups if lookups > 0 else 1.0)
+                metrics[f"table/{name}/tier_hit_rate"] = hit_rate(lookups,
+                                                                  misses)
         self.last_metrics = metrics
         if self.log_dir:
             if self._writer is None:

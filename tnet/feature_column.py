@@ -110,29 +110,24 @@ class SequenceCategoryColumn(CategoryColumn):
 class EmbeddingColumn:
     """Embeds a categorical column into `dimension` floats.
 
-    combiner: how the ids of one example reduce to one vector ("mean",
-    "sum", "sqrtn"); sequence columns keep one vector per position.
-    table: table name; columns with the same name share one table.
-    initializer: table initializer (see tn.SparseTable).
-    min_count / max_rows: the table's admission threshold and row cap (see
-      tn.SparseTable); None leaves them to the layer's defaults. Columns
-      sharing a table must agree.
-    memory_budget_bytes / storage_dir: the table's disk tier (see
-      tn.SparseTable); None: the layer's default (all rows in memory).
-
     Args:
       categorical_column: the ids (`category_column` or
         `sequence_category_column`).
       dimension: the width of a row.
-      combiner: "mean", "sum" or "sqrtn".
-      table: the table's name (None: the feature's name).
-      initializer: the rows' initializer.
-      min_count: admission threshold (None: the layer's).
-      max_rows: row cap (None: the layer's).
-      memory_budget_bytes: the disk tier's memory for rows.
+      combiner: how the ids of one example reduce to one vector: "mean",
+        "sum" or "sqrtn"; sequence columns keep one vector per position.
+      table: the table's name; columns with the same name share one table
+        (None: the feature's name).
+      initializer: the rows' initializer (see tn.SparseTable).
+      min_count: the table's admission threshold (see tn.SparseTable;
+        None: the layer's default).
+      max_rows: the table's row cap (None: the layer's default).
+      memory_budget_bytes: the disk tier's memory for rows (None: the
+        layer's default, all rows in memory).
       storage_dir: the disk tier's directory.
 
-    Build it with `embedding_column`.
+    Columns sharing a table must agree on its last four fields. Build it
+    with `embedding_column`.
 
     Example:
         ```python

@@ -1,7 +1,8 @@
 """File plumbing of the three writers of published directories
 (checkpoints, serving exports, serving deltas): the one way to publish a
 directory (`publish_dir`) and a JSON file (`write_json_atomic`), fsync,
-sha256, the disk-full test, safe names, progress.
+sha256, the disk-full test and the one-line messages of a write that
+failed or cannot fit, safe names, progress.
 """
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import errno
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
 
 
 _PROGRESS_SECONDS = 5.0
@@ -125,6 +127,56 @@ def _is_disk_full(error: BaseException) -> bool:
     return (getattr(error, "errno", None) == errno.ENOSPC
             or "no space left" in text or "errno = 28" in text
             or "resource exhausted" in text and "space" in text)
+
+
+def free_bytes(path: str) -> Optional[int]:
+    """The free bytes of the file system holding `path`; None if unknown."""
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+def variables_bytes(variables: Iterable[Any]) -> int:
+    """The bytes the values of `variables` (dense tf.Variables) hold."""
+    return sum(math.prod(int(d) for d in v.shape) * v.dtype.size
+               for v in variables)
+
+
+def _full_hint(where: str, free: Optional[int], fix: str) -> str:
+    return (f"the file system of {where} is full"
+            + (f" ({free:,} bytes free)" if free is not None else "")
+            + f": free space or {fix}.")
+
+
+def write_failure(what: str, where: str, error: BaseException,
+                  fix: str) -> Tuple[str, Optional[int]]:
+    """(message, errno) of a write the file system refused, for the
+    checkpoint and export errors: "could not write WHAT: Type: first line
+    of the error." and, when the disk is full, which file system and `fix`
+    (e.g. "save to another directory"). The caller adds what state it left.
+    Why: h5py and TensorFlow report a full disk as a bare "Can't write
+    data" or "No space left on device" without naming the directory."""
+    text = str(error).strip()
+    text = text.splitlines()[0][:500] if text else repr(error)
+    message = f"could not write {what}: {type(error).__name__}: {text}."
+    if not _is_disk_full(error):
+        return message, getattr(error, "errno", None)
+    hint = _full_hint(where, free_bytes(where), fix)
+    return f"{message} {hint[0].upper()}{hint[1:]}", errno.ENOSPC
+
+
+def space_shortfall(what: str, need: int, where: str,
+                    fix: str) -> Optional[str]:
+    """None when `need` bytes fit in the free space of `where` (or it is
+    unknown); else the message refusing to write WHAT before anything is
+    written: "could not write WHAT: it needs about N bytes and the file
+    system of WHERE is full (F bytes free): free space or FIX." """
+    free = free_bytes(where)
+    if free is None or free >= need:
+        return None
+    return (f"could not write {what}: it needs about {need:,} bytes and "
+            + _full_hint(where, free, fix))
 
 
 def _sha256(path: str) -> str:

@@ -48,6 +48,8 @@ from typing import Optional
 
 import tf_keras
 
+from tnet.table import hit_rate
+
 __all__ = ["TrainerMetrics", "FollowerMetrics"]
 
 BUCKETS = (0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, 300, 600,
@@ -177,9 +179,8 @@ class _Updater(tf_keras.callbacks.Callback):
                         lookups = int(stats["tier_lookups"])
                         misses = int(stats["tier_misses"])
                         before = m.tier.get(n, (0, 0, 1.0))
-                        new = lookups - before[0]
-                        rate = (1.0 - (misses - before[1]) / new if new > 0
-                                else before[2])
+                        rate = hit_rate(lookups - before[0],
+                                        misses - before[1], idle=before[2])
                         m.tier[n] = (lookups, misses, rate)
 
     def on_train_begin(self, logs=None):

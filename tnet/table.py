@@ -60,6 +60,11 @@ STATS_FIELDS = ("rows", "admitted", "rejected", "evicted", "bytes", "pending",
                 "tier_disk_bytes", "tier_writebacks")
 
 
+def hit_rate(lookups: int, misses: int, idle: float = 1.0) -> float:
+    """The share of a tier's lookups served from memory; `idle` if none."""
+    return 1.0 - misses / lookups if lookups > 0 else idle
+
+
 @functools.lru_cache(maxsize=None)
 def _traced_op(op, attrs: tuple, specs: tuple):
     """`op(handle, *args, **attrs)` as a tf.function of (handle, *args)."""
@@ -468,13 +473,16 @@ class SparseTable(tf.Module):
         """Lifecycle counters summed over shards (eager): rows, admitted,
         rejected (pushed keys dropped before admission), evicted (by evict()
         and by the cap), bytes, pending (keys counting towards admission),
-        pending_dropped, cap_evicted. Counters run since the table was
-        created; a checkpoint restore clears the table by eviction, so it
-        adds the cleared rows to `evicted`."""
+        pending_dropped, cap_evicted, the disk tier's tier_* counters and
+        tier_hit_rate (1 - tier_misses / tier_lookups, 1.0 before any). All
+        run since the table was created; a checkpoint restore clears the
+        table by eviction, so it adds the cleared rows to `evicted`."""
         total = {f: 0 for f in STATS_FIELDS}
         for shard in self.shard_stats():
             for f, v in shard.items():
                 total[f] += v
+        total["tier_hit_rate"] = hit_rate(total["tier_lookups"],
+                                          total["tier_misses"])
         return total
 
     def shard_sizes(self) -> list[tf.Tensor]:

@@ -158,7 +158,7 @@ def stage_train_save(args):
     out["create"] = create.json()
     out["rows"] = int(table.size())
     out["table_bytes"] = int(table.memory_bytes())
-    out["table_stats"] = {k: int(v) for k, v in table.stats().items()}
+    out["table_stats"] = table.stats()
     sample = sample_ids(args.rows)
     np.savez(os.path.join(args.work, "sample.npz"), id=sample,
              __expected__=model.predict({"id": sample}, batch_size=SAMPLE,
@@ -188,8 +188,7 @@ def stage_restore_export(args):
                           got, sample["__expected__"]))}
     out["rows"] = int(table_of(model).size())
     out["table_bytes"] = int(table_of(model).memory_bytes())
-    out["table_stats"] = {k: int(v)
-                          for k, v in table_of(model).stats().items()}
+    out["table_stats"] = table_of(model).stats()
     if args.drop_checkpoint:
         # Disk: with a tier, the tier's file, the checkpoint and the export
         # together may not fit; the table is restored, the checkpoint goes.

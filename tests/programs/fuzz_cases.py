@@ -671,21 +671,27 @@ NAMES = ["", "t", "x" * 300, "a/b", "bad name!", "\u00e9", "clash"]
 
 INIT_PARAMS = {"zeros": [], "constant": [0.5], "uniform": [-0.1, 0.1],
                "normal": [0.0, 0.1], "truncated_normal": [0.0, 0.05]}
-FLOAT_ATTRS = ["initial_accumulator_value", "epsilon", "beta_1", "beta_2",
-               "learning_rate_power", "l1_regularization_strength",
-               "l2_regularization_strength",
-               "l2_shrinkage_regularization_strength", "beta"]
+
+
+def sparse_rules() -> tuple[list[str], list[str]]:
+    """(the rules, every hyperparameter of any rule), as the op library's
+    registration table (tnet_ops/optimizers/rules.h) has them: a new rule
+    or hyperparameter is fuzzed without an edit here."""
+    from tnet.optimizer.sparse import registered  # noqa: PLC0415
+    rules = registered()
+    return sorted(rules), sorted({h for names in rules.values()
+                                  for h in names})
 
 
 @st.composite
 def handle_case(draw) -> dict:
     """SparseTableHandle: a valid configuration with (mostly) one hostile
     attr. The runner pulls from the new table when asked, then destroys it."""
+    rules, hparams = sparse_rules()
     init = draw(st.sampled_from(sorted(INIT_PARAMS)))
     attrs = {
         "dim": draw(st.sampled_from([1, 2, 4, 7, 64])),
-        "optimizer": draw(st.sampled_from(
-            ["sgd", "adagrad", "rowwise_adagrad", "adam", "ftrl"])),
+        "optimizer": draw(st.sampled_from(rules)),
         "initializer": init, "initializer_params": INIT_PARAMS[init],
         "seed": draw(st.sampled_from(INT_VALUES)),
         "num_stripes": draw(st.sampled_from([1, 2, 64, 4096])),
@@ -708,7 +714,7 @@ def handle_case(draw) -> dict:
         "storage_dir": st.sampled_from(["/nonexistent/tnet", "/proc",
                                         "\u00e9/x", "/dev/null"]),
         **{name: st.sampled_from(FLOAT_VALUES + [0.9, 0.999, -0.5, 1e-7])
-           for name in FLOAT_ATTRS},
+           for name in hparams},
     }
     for _ in range(draw(st.sampled_from([0, 1, 1, 1, 2]))):
         name = draw(st.sampled_from(sorted(hostile)))

@@ -1,5 +1,6 @@
-"""The model a JobConfig describes, and the callbacks its lifecycle and
-publishing flags ask for: plain functions, each returning what it makes."""
+"""The model a JobConfig describes, and the callbacks its checkpoint,
+lifecycle and publishing flags ask for: plain functions, each returning
+what it makes."""
 from __future__ import annotations
 
 import os
@@ -53,6 +54,36 @@ def compiled_model(cfg: JobConfig, strategy, categorical, dense, string_ids):
         model = build_model(cfg, categorical, dense, string_ids)
         model.compile(tn.optimizer.by_name(cfg.optimizer)(cfg.learning_rate))
     return model
+
+
+def checkpoint_callbacks(cfg: JobConfig, stream=None):
+    """(the checkpoint callback or None, the callbacks a training job's fit
+    starts with). Without --checkpoint_dir only the maintenance callback of
+    `maintenance_callback`, if any. Else first the checkpoint callback, so
+    its restore happens before the other callbacks start: a `Checkpoint`
+    every --checkpoint_every_n_steps / _epochs, or for a `stream` (a
+    tn.data.FileStream) a `StreamCheckpoint` at file boundaries every
+    --checkpoint_every_n_files / _seconds; both keep --checkpoint_keep,
+    write deltas by --checkpoint_incremental and --checkpoint_full_every,
+    and run the maintenance (which follows) right before each save."""
+    maintenance = maintenance_callback(cfg)
+    checkpoints = None
+    if cfg.checkpoint_dir:
+        common = dict(keep=cfg.checkpoint_keep,
+                      incremental=cfg.checkpoint_incremental,
+                      full_every=cfg.checkpoint_full_every,
+                      maintenance=maintenance)
+        if stream is not None:
+            checkpoints = tn.callbacks.StreamCheckpoint(
+                cfg.checkpoint_dir, stream,
+                every_n_files=cfg.checkpoint_every_n_files or None,
+                every_seconds=cfg.checkpoint_every_seconds or None, **common)
+        else:
+            checkpoints = tn.callbacks.Checkpoint(
+                cfg.checkpoint_dir,
+                every_n_steps=cfg.checkpoint_every_n_steps or None,
+                every_n_epochs=cfg.checkpoint_every_n_epochs or None, **common)
+    return checkpoints, [c for c in (checkpoints, maintenance) if c is not None]
 
 
 def maintenance_callback(cfg: JobConfig):

@@ -69,26 +69,11 @@ def run_stream(cfg: JobConfig, strategy, running) -> dict:
     data = tn.data.stream_dataset(
         spec, stream, cfg.format, cfg.batch_size, bad_rows=cfg.bad_rows,
         shuffle_buffer=cfg.shuffle_buffer, seed=cfg.seed)
-    callbacks = []
-    # Maintenance evicts right before each checkpoint's save, too.
-    maintenance = cli_model.maintenance_callback(cfg)
-    checkpoints = None
-    if cfg.checkpoint_dir:
-        checkpoints = tn.callbacks.StreamCheckpoint(
-            cfg.checkpoint_dir, stream,
-            every_n_files=cfg.checkpoint_every_n_files or None,
-            every_seconds=cfg.checkpoint_every_seconds or None,
-            keep=cfg.checkpoint_keep,
-            incremental=cfg.checkpoint_incremental,
-            full_every=cfg.checkpoint_full_every, maintenance=maintenance)
-        callbacks.append(checkpoints)
-        running.checkpoints = checkpoints
-    else:
+    checkpoints, callbacks = cli_model.checkpoint_callbacks(cfg, stream)
+    running.model, running.checkpoints = model, checkpoints
+    if checkpoints is None:
         _LOG.warning("tnet.train: --stream without --checkpoint_dir: nothing is "
                      "saved, a restart trains every file again")
-    running.model = model
-    if maintenance is not None:
-        callbacks.append(maintenance)
     restore_signals = _stop_on_sigterm(stream)
     publisher = None
     if cfg.publishing:

@@ -74,23 +74,8 @@ def train(cfg: JobConfig, strategy, distributed: bool,
     running.model, running.distributed = model, distributed
     steps = -(-spec.train_rows // cfg.batch_size) if distributed else None
     meter = _Throughput(steps)
-    callbacks = []
-    # Maintenance evicts right before each checkpoint's save, too.
-    maintenance = cli_model.maintenance_callback(cfg)
-    checkpoints = None
-    if cfg.checkpoint_dir:
-        # First, so the restore happens before the other callbacks start.
-        checkpoints = tn.callbacks.Checkpoint(
-            cfg.checkpoint_dir,
-            every_n_steps=cfg.checkpoint_every_n_steps or None,
-            every_n_epochs=cfg.checkpoint_every_n_epochs or None,
-            keep=cfg.checkpoint_keep,
-            incremental=cfg.checkpoint_incremental,
-            full_every=cfg.checkpoint_full_every, maintenance=maintenance)
-        callbacks.append(checkpoints)
-        running.checkpoints = checkpoints
-    if maintenance is not None:
-        callbacks.append(maintenance)
+    checkpoints, callbacks = cli_model.checkpoint_callbacks(cfg)
+    running.checkpoints = checkpoints
     publisher = cli_model.publisher_callback(cfg)
     if publisher is not None:
         # After the Checkpoint callback: it publishes from the restored

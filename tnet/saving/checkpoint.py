@@ -126,7 +126,7 @@ from tnet.saving.delta_marks import (
     _deleted_keys, _set_marks, _table_changes)
 from tnet.files import (
     _default_progress, _is_disk_full, _Progress, _safe_name, _sha256,
-    Progress, publish_dir)
+    Progress, publish_dir, space_shortfall, variables_bytes, write_failure)
 from tnet.saving.h5parts import _Part
 from tnet.saving.manifest import (
     _jsonable, _manifest_digest, _TMP_RE, CheckpointError,
@@ -236,32 +236,16 @@ def save(model, directory: str, step: Optional[int] = None,
 
 def _write_error(directory: str, final: str, error: BaseException) -> CheckpointError:
     """A write failure (disk full, permissions, I/O) as an error that names
-    the checkpoint and says what state the directory is in.
-
-    Why: h5py and TensorFlow report a full disk as a bare "Can't write data"
-    or "No space left on device" without the directory, and a caller
-    mainly needs to know that nothing was half-written.
-    """
-    text = str(error).strip().splitlines()[0][:500] if str(error).strip() else repr(error)
-    full = _is_disk_full(error)
-    try:
-        free = shutil.disk_usage(directory).free
-    except OSError:
-        free = None
-    hint = ""
-    if full:
-        hint = (f" The file system of {directory} is full"
-                + (f" ({free:,} bytes free)" if free is not None else "")
-                + ": free space or save to another directory.")
+    the checkpoint and says what state the directory is in: a caller
+    mainly needs to know that nothing was half-written."""
+    message, code = write_failure(f"checkpoint {final}", directory, error,
+                                  "save to another directory")
     previous = latest_checkpoint(directory)
     state = (f" The partial checkpoint was removed; the newest complete one is "
              f"{previous}." if previous else
              " The partial checkpoint was removed; there is no complete checkpoint "
              f"in {directory}.")
-    return CheckpointWriteError(
-        f"could not write checkpoint {final}: {type(error).__name__}: {text}."
-        f"{hint}{state}", final,
-        errno.ENOSPC if full else getattr(error, "errno", None))
+    return CheckpointWriteError(message + state, final, code)
 
 
 def _check_free_space(model, tables, directory: str, final: str) -> None:
@@ -277,21 +261,16 @@ def _check_free_space(model, tables, directory: str, final: str) -> None:
     need = 0
     for table in tables.values():
         need += int(table.size()) * (8 + 4 * table.dim + 4 * table.num_slots + 24)
-    for v in getattr(model, "variables", []) + list(
-            getattr(getattr(model, "optimizer", None), "variables", []) or []):
-        need += int(np.prod(v.shape)) * v.dtype.size
+    need += variables_bytes(getattr(model, "variables", []) + list(
+        getattr(getattr(model, "optimizer", None), "variables", []) or []))
     need = int(need * 1.05) + (1 << 16)
-    try:
-        free = shutil.disk_usage(directory).free
-    except OSError:
-        return
-    if free < need:
+    short = space_shortfall(f"checkpoint {final}", need, directory,
+                            "save to another directory")
+    if short:
         previous = latest_checkpoint(directory)
         raise CheckpointWriteError(
-            f"could not write checkpoint {final}: it needs about {need:,} bytes and "
-            f"the file system of {directory} is full ({free:,} bytes free): free "
-            "space or save to another directory. Nothing was written; the newest "
-            f"complete checkpoint is {previous or '(none)'}.", final, errno.ENOSPC)
+            f"{short} Nothing was written; the newest complete checkpoint is "
+            f"{previous or '(none)'}.", final, errno.ENOSPC)
 
 
 def _delta_parent(directory, tables, step, train_step, full_every):

@@ -72,13 +72,13 @@ import os
 import shutil
 from typing import Any, Dict, Mapping, Optional
 
-import numpy as np
 import tensorflow as tf
 
 from tnet import scopes
 from tnet.serving import deltas
 from tnet.serving import outputs as outputs_lib
-from tnet.files import _is_disk_full, publish_dir
+from tnet.files import (_is_disk_full, publish_dir, space_shortfall,
+                        variables_bytes, write_failure)
 from tnet.serving.op_check import (ops_of, raise_if_tnet_ops,  # noqa: F401
                                   stock_op_types, strip_cluster_devices,
                                   tnet_ops_in)
@@ -252,20 +252,14 @@ class ExportWriteError(OSError):
 
     def __init__(self, export_dir: str, error: BaseException,
                  message: Optional[str] = None):
-        full = _is_disk_full(error) if error is not None else True
+        code = errno.ENOSPC
         if message is None:
-            text = (str(error).strip().splitlines() or [repr(error)])[0][:500]
-            free = _free_bytes(os.path.dirname(export_dir))
-            message = (
-                f"could not write the export {export_dir}: "
-                f"{type(error).__name__}: {text}."
-                + (f" The file system of {os.path.dirname(export_dir)} is "
-                   f"full ({free:,} bytes free): free space or export to "
-                   "another directory." if full and free is not None else "")
-                + " Nothing was left at the export directory; other "
-                "versions beside it are untouched.")
-        super().__init__(errno.ENOSPC if full else getattr(error, "errno",
-                                                           None), message)
+            message, code = write_failure(
+                f"the export {export_dir}", os.path.dirname(export_dir),
+                error, "export to another directory")
+            message += (" Nothing was left at the export directory; other "
+                        "versions beside it are untouched.")
+        super().__init__(code, message)
         self.export_dir = export_dir
 
     def __str__(self) -> str:
@@ -279,13 +273,6 @@ def _is_write_failure(error: BaseException) -> bool:
     text = str(error).lower()
     return _is_disk_full(error) or "read-only file system" in text or (
         "permission denied" in text)
-
-
-def _free_bytes(path: str) -> Optional[int]:
-    try:
-        return shutil.disk_usage(path).free
-    except OSError:
-        return None
 
 
 def _check_free_space(model, parent: str, export_dir: str,
@@ -308,15 +295,11 @@ def _check_free_space(model, parent: str, export_dir: str,
         need += rows * (8 + table.dim * width + extra)
         spill = max(spill, rows * (8 + 4 * table.dim))
     need += spill
-    for v in getattr(model, "variables", []):
-        need += int(np.prod(v.shape)) * v.dtype.size
-    free = _free_bytes(parent)
-    if free is not None and free < need:
-        raise ExportWriteError(export_dir, None, (
-            f"could not write the export {export_dir}: it needs about "
-            f"{need:,} bytes and the file system of {parent} has {free:,} "
-            "bytes free: free space or export to another directory. Nothing "
-            "was written."))
+    need += variables_bytes(getattr(model, "variables", []))
+    short = space_shortfall(f"the export {export_dir}", need, parent,
+                            "export to another directory")
+    if short:
+        raise ExportWriteError(export_dir, None, f"{short} Nothing was written.")
 
 
 def _write(model, path: str, quantize: Optional[str],
