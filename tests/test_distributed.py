@@ -89,6 +89,14 @@ def test_worker_killed_mid_fit_and_fit_completes(tmp_path):
     assert summary["eval"]["examples"] == 1999
 
 
+# make test-long. In make test: a real ps SIGKILL in a cluster ends the chief
+# with 138 and one line naming ps:1 (test_faults'
+# test_worker_then_ps_killed_exit_138_then_resume, through the same
+# tn.distribute.explain_failure and exit_now), across hosts within 15 s
+# (test_hosts' test_ps_killed_chief_exits_named_and_restart_resumes, CI),
+# and tnet.train's own branch for it
+# (test_tnet_train_ends_138_naming_the_lost_ps_and_the_steps_lost).
+@pytest.mark.long
 def test_ps_killed_stops_the_chief_with_the_task_named(tmp_path):
     data_file("criteo/dev_head10k.tsv")
     cluster = start_cluster(2, 2, TRAIN + [f"--flagfile={CRITEO_CFG}", "--epochs=50",
@@ -296,6 +304,65 @@ def test_bad_flags_exit_2(cli, args, says):
     assert res.returncode == 2, res.stderr[-2000:]
     assert says in res.stderr and "Traceback" not in res.stderr
     assert "pid=" not in res.stdout and "serving at" not in res.stdout
+
+
+def test_tnet_train_ends_138_naming_the_lost_ps_and_the_steps_lost(
+        monkeypatch, capsys):
+    """tnet.train's main, given the error a lost ps raises out of fit: exit
+    138 (EXIT_RESTART, at once: no teardown), one line naming the ps and
+    what a restart redoes; any other error is raised as it is."""
+    import socket
+    from types import SimpleNamespace
+
+    from tnet.cli import flags as cli_flags
+    from tnet.cli import main as cli_main
+    from tnet.cli.config import JobConfig
+    socks = [socket.socket() for _ in range(3)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+        addr = [f"127.0.0.1:{s.getsockname()[1]}" for s in socks]
+        monkeypatch.setenv("TF_CONFIG", json.dumps(
+            {"cluster": {"chief": [addr[0]], "worker": ["127.0.0.1:1"],
+                         "ps": addr[1:]},
+             "task": {"type": "chief", "index": 0}}))
+        lost = tf.errors.UnavailableError(
+            None, None, "failed to connect to all addresses; last error: "
+            f"ipv4:{addr[2]}: Connection timed out\nAdditional GRPC error "
+            "information from remote target /job:ps/replica:0/task:1 while "
+            "calling RunComponentFunction")
+
+        def fit_that_loses_a_ps(cfg, running):
+            running.model = SimpleNamespace(optimizer=SimpleNamespace(
+                iterations=tf.Variable(57, dtype=tf.int64)))
+            running.checkpoints = SimpleNamespace(last_saved_step=50)
+            raise lost
+
+        def exit_now(code, message=None):
+            raise SystemExit((code, message))
+
+        monkeypatch.setattr(cli_flags, "job_config", JobConfig)
+        monkeypatch.setattr(cli_main, "run", fit_that_loses_a_ps)
+        monkeypatch.setattr(tn.distribute, "exit_now", exit_now)
+        with pytest.raises(SystemExit) as ended:
+            cli_main.main(["tnet.train"])
+        code, message = ended.value.code
+        assert code == tn.distribute.EXIT_RESTART == 138
+        assert message.startswith("tnet.train: lost parameter server task(s) "
+                                  f"ps:1 ({addr[2]})"), message
+        assert "newest checkpoint ckpt-50" in message
+        assert "steps lost: 7" in message and "\n" not in message
+
+        def other_error(cfg, running):
+            raise RuntimeError("not a lost task")
+
+        monkeypatch.setattr(cli_main, "run", other_error)
+        with pytest.raises(RuntimeError, match="not a lost task"):
+            cli_main.main(["tnet.train"])
+    finally:
+        for s in socks:
+            s.close()
 
 
 def test_steps_lost_note():
