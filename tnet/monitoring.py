@@ -11,9 +11,12 @@ Exposed (text format, scraped by Prometheus):
 * `tnet_stream_files_pending`: files landed and not trained, at the
   newest listing; `tnet_stream_oldest_pending_age_seconds`: now minus the
   modification time of the oldest of them (0 when none).
-* `tnet_stream_lag_seconds`: now minus the modification time of the newest
-  file trained (when its writer closed it: its newest events); it grows
-  while training falls behind or no file lands.
+* `tnet_stream_lag_seconds`: the input lag, now minus the newest event
+  time trained when the stream has an event-time feature
+  (`--event_time_feature`), else now minus the modification time of the
+  newest file trained (when its writer closed it); it grows while training
+  falls behind or no file lands. It counts from the files trained in this
+  process (absent until the first one).
 * `tnet_stream_file_ready_to_trained_seconds`: histogram, per file, from
   its modification time to the end of its training.
 * `tnet_train_step`, `tnet_last_checkpoint_timestamp_seconds`,
@@ -226,11 +229,14 @@ class _Collector:
                 "tnet_stream_oldest_pending_age_seconds",
                 "Now minus the modification time of the oldest pending file.",
                 value=max(0.0, now - oldest) if oldest is not None else 0.0)
-            if s.newest_trained_mtime is not None:
+            since = s.lag_reference()
+            if since is not None:
                 yield GaugeMetricFamily(
                     "tnet_stream_lag_seconds",
-                    "Now minus the modification time of the newest file "
-                    "trained.", value=max(0.0, now - s.newest_trained_mtime))
+                    "Now minus the newest event time trained (with an "
+                    "event-time feature), else minus the modification time "
+                    "of the newest file trained.",
+                    value=max(0.0, now - since))
         yield GaugeMetricFamily("tnet_train_step", "optimizer.iterations.",
                                 value=m.step)
         if m.last_checkpoint is not None:

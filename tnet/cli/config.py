@@ -31,6 +31,7 @@ class JobConfig:
     stream_idle_secs: float = 0.0
     stream_max_file_age_secs: float = 7 * 86400.0
     bad_files: str = "skip"
+    event_time_feature: str = ""
     metrics_port: int = -1
     checkpoint_every_n_files: int = 0
     checkpoint_every_seconds: float = 0.0

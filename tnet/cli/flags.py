@@ -72,6 +72,12 @@ flags.DEFINE_enum("bad_files", _D.bad_files, ["skip", "fail"], "With --stream: a
                   "damaged file (named file:record) is recorded as bad and "
                   "skipped, or stops the run after a checkpoint with exit "
                   "status 4.")
+flags.DEFINE_string("event_time_feature", _D.event_time_feature, "With --stream: "
+                    "a dense feature of the spec holding each example's event "
+                    "time in unix seconds; the input lag (metric and log) is "
+                    "then now minus the newest event time trained, not the "
+                    "newest trained file's modification time. The model does "
+                    "not get this feature.")
 flags.DEFINE_integer("metrics_port", _D.metrics_port, "With --stream: serve Prometheus "
                      "metrics (files trained and pending, lag, freshness, "
                      "step, checkpoint time, table rows, memory) on this "

@@ -31,6 +31,9 @@ def check_config(cfg: JobConfig) -> None:
         raise app.UsageError("--memory_budget_bytes and --storage_dir go "
                              "together: the disk tier needs a budget and a "
                              "writable local directory")
+    if cfg.event_time_feature and not cfg.stream:
+        raise app.UsageError("--event_time_feature measures a stream's input "
+                             "lag: it goes with --stream")
     if cfg.publishing:
         if not cfg.export_dir:
             raise app.UsageError("--publish_every_n_steps/_seconds publish "

@@ -27,6 +27,7 @@ from tnet.cli import model as cli_model
 from tnet.cli.config import JobConfig
 from tnet.cli.data import BadInputError, SpecJobData
 from tnet.cli.export import export_and_check, updatable_export_of
+from tnet.data.stream import check_event_time_feature
 from tnet.files import write_json_atomic
 
 _LOG = tn.log.get("train")
@@ -55,7 +56,16 @@ def run_stream(cfg: JobConfig, strategy, running) -> dict:
     """`running` (a tnet.cli.train.Running) gets the model and the
     checkpoint callback once they exist."""
     from tnet.data import spec as spec_lib  # noqa: PLC0415
-    spec = spec_lib.load(cfg.feature_spec)
+    spec = full_spec = spec_lib.load(cfg.feature_spec)
+    event_time = cfg.event_time_feature or None
+    if event_time is not None:
+        try:
+            check_event_time_feature(spec, event_time)
+        except ValueError as e:
+            raise app.UsageError(f"--event_time_feature: {e}") from None
+        # The model does not get the event time (the stream takes it out).
+        spec = spec_lib.FeatureSpec(
+            [f for f in spec.features if f.name != event_time], spec.source)
     model = cli_model.compiled_model(
         cfg, strategy, spec.embedding_columns(cfg.embedding_dim), spec.dense,
         spec.string_ids)
@@ -67,8 +77,9 @@ def run_stream(cfg: JobConfig, strategy, running) -> dict:
         bad_files=cfg.bad_files)
     stream.on_consume = _log_file
     data = tn.data.stream_dataset(
-        spec, stream, cfg.format, cfg.batch_size, bad_rows=cfg.bad_rows,
-        shuffle_buffer=cfg.shuffle_buffer, seed=cfg.seed)
+        full_spec, stream, cfg.format, cfg.batch_size, bad_rows=cfg.bad_rows,
+        shuffle_buffer=cfg.shuffle_buffer, seed=cfg.seed,
+        event_time_feature=event_time)
     checkpoints, callbacks = cli_model.checkpoint_callbacks(cfg, stream)
     running.model, running.checkpoints = model, checkpoints
     if checkpoints is None:

@@ -228,6 +228,10 @@ class FileStream:
         self.read_retries = 0  # reads that failed for a while (retried)
         self.newest_consumed: Optional[str] = None
         self.newest_trained_mtime: Optional[float] = None
+        # Set by stream_dataset(event_time_feature=...): the lag is then
+        # now minus the newest event time of the files trained in this run.
+        self.event_time_feature: Optional[str] = None
+        self.newest_trained_event_time: Optional[float] = None
 
     # --------------------------------------------------------- control
     def stop(self, reason: str = "stop requested") -> None:
@@ -332,10 +336,24 @@ class FileStream:
                         self.newest_trained_mtime is None
                         or entry["mtime"] > self.newest_trained_mtime):
                     self.newest_trained_mtime = entry["mtime"]
+                newest = entry.get("event_time_max")
+                if newest is not None and (
+                        self.newest_trained_event_time is None
+                        or newest > self.newest_trained_event_time):
+                    self.newest_trained_event_time = newest
             if entry["path"] in self.pending:
                 self.pending.remove(entry["path"])
         if self.on_consume is not None:
             self.on_consume(entry["path"], entry)
+
+    def lag_reference(self) -> Optional[float]:
+        """The time the input lag counts from (lag = now minus it): the
+        newest event time trained in this run with an event-time feature,
+        else the newest trained file's modification time; None before the
+        first file of this run is trained."""
+        if self.event_time_feature is not None:
+            return self.newest_trained_event_time
+        return self.newest_trained_mtime
 
     def _say_if_behind(self) -> None:
         n, oldest = self.pending_state()
@@ -344,12 +362,15 @@ class FileStream:
             return
         self._behind_said = now
         wall = time.time()
-        lag = (f"{wall - self.newest_trained_mtime:.1f} s"
-               if self.newest_trained_mtime is not None else "no file yet")
+        since = self.lag_reference()
+        lag = (f"{wall - since:.1f} s" if since is not None
+               else "no file yet")
+        what = ("the newest event time trained" if self.event_time_feature
+                else "the newest trained file's time")
         _log(f"training is behind: {n} landed files not trained, the oldest "
              f"written {wall - (oldest or wall):.1f} s ago; lag (now minus "
-             f"the newest trained file's time) {lag}. Nothing is dropped: "
-             "they are trained in name order")
+             f"{what}) {lag}. Nothing is dropped: they are trained in name "
+             "order")
 
     def pending_state(self):
         """(files landed and not trained at the newest listing, the oldest
@@ -382,10 +403,14 @@ def _checksum(path: str):
     return size, digest.hexdigest()
 
 
-def element_spec(spec: FeatureSpec, with_group: bool = False):
-    """The element the spec readers yield: (features, label[, weight])."""
+def element_spec(spec: FeatureSpec, with_group: bool = False,
+                 drop: Optional[str] = None):
+    """The element the spec readers yield: (features, label[, weight]),
+    without feature `drop`."""
     features = {}
     for f in spec.features:
+        if f.name == drop:
+            continue
         if f.is_id and f.multi:
             features[f.name] = tf.RaggedTensorSpec([None, None], f.tf_dtype, 1,
                                                    tf.int64)
@@ -405,11 +430,12 @@ class _Reader:
     """Decodes one landed file whole (so a damaged file trains nothing)."""
 
     def __init__(self, spec, format, batch_size, bad_rows, shuffle_buffer,
-                 seed, compression, with_group):
+                 seed, compression, with_group, event_time=None):
         self.spec, self.format, self.batch_size = spec, format, batch_size
         self.bad_rows, self.shuffle_buffer = bad_rows, shuffle_buffer
         self.seed, self.compression = seed, compression
         self.with_group = with_group
+        self.event_time = event_time  # a dense feature, read as float64
 
     def read(self, path: str):
         """(entry, [flat numpy batch, ...]); entry["status"] is "bad" (with
@@ -432,7 +458,7 @@ class _Reader:
         if self.shuffle_buffer:
             seed = (int(self.seed or 0) + int.from_bytes(
                 hashlib.sha256(path.encode()).digest()[:4], "little")) % (1 << 31)
-        batches, examples = [], 0
+        batches, examples, newest = [], 0, None
         try:
             data = readers.spec_dataset(
                 self.spec, [path], self.format, self.batch_size,
@@ -440,6 +466,13 @@ class _Reader:
                 seed=seed, stats=stats, with_group=self.with_group,
                 compression=self.compression, log_limit=0)
             for element in data:
+                if self.event_time is not None:
+                    # Taken out of the batch (the model does not get it);
+                    # its max on this thread, once per batch.
+                    times = element[0].pop(self.event_time).numpy()
+                    if times.size:
+                        top = float(times.max())
+                        newest = top if newest is None else max(newest, top)
                 flat = tf.nest.flatten(element, expand_composites=True)
                 batches.append(tuple(t.numpy() for t in flat))
                 examples += int(flat[len(flat) - (2 if self.spec.weight
@@ -450,6 +483,8 @@ class _Reader:
             where = _where(self.spec, path, self.format, self.compression, e)
             return dict(entry, status="bad", examples=0, where=where), []
         entry.update(status="ok", examples=examples)
+        if newest is not None:
+            entry["event_time_max"] = newest
         if stats is not None and stats.skipped:
             entry["skipped_rows"] = int(stats.skipped)
         return entry, batches
@@ -614,10 +649,34 @@ class _Feed:
         return done[-1][1] if done else -1
 
 
+def check_event_time_feature(spec: FeatureSpec, name: str) -> None:
+    """Raises ValueError (one line) unless `name` is a dense feature of
+    `spec` (an event time in unix seconds).
+
+    Args:
+      spec: the `FeatureSpec`.
+      name: the feature's name.
+    """
+    dense = [f.name for f in spec.features if f.kind == "dense"]
+    found = [f for f in spec.features if f.name == name]
+    if not found:
+        raise ValueError(
+            f"event time feature {name!r} is not a feature of the spec "
+            f"{spec.source}; its dense features: {dense or 'none'}. Add "
+            "it as {\"kind\": \"dense\", \"dtype\": \"int64\"} (unix "
+            "seconds) or name one of those")
+    if found[0].kind != "dense":
+        raise ValueError(
+            f"event time feature {name!r} is of kind {found[0].kind!r} in "
+            f"the spec {spec.source}; it must be a dense feature (unix "
+            f"seconds); its dense features: {dense or 'none'}")
+
+
 def stream_dataset(spec: FeatureSpec, pattern, format: str, batch_size: int,
                    *, bad_rows: str = "fail", shuffle_buffer: int = 0,
                    seed: Optional[int] = None, compression: Optional[str] = None,
                    with_group: bool = False, queue_batches: int = 64,
+                   event_time_feature: Optional[str] = None,
                    **stream_args) -> tf.data.Dataset:
     """A dataset of the batches of `pattern`'s files as they land.
 
@@ -636,6 +695,15 @@ def stream_dataset(spec: FeatureSpec, pattern, format: str, batch_size: int,
     FileStream; give it to `tn.callbacks.StreamCheckpoint` for exactly-once
     training across restarts.
 
+    `event_time_feature`: a dense feature of the spec holding each
+    example's event time in unix seconds. It is read at full precision
+    and taken out of the elements (the model does not get it; declare a
+    second feature on the same column to give it to the model too), and
+    the stream's input lag (`stream.lag_reference()`, the metrics and the
+    "training is behind" log line) becomes now minus the newest event time
+    of the files trained, instead of the newest trained file's
+    modification time.
+
     Args:
       spec: the `FeatureSpec`.
       pattern: see above.
@@ -647,6 +715,8 @@ def stream_dataset(spec: FeatureSpec, pattern, format: str, batch_size: int,
       compression: "GZIP" or None (from the name).
       with_group: also return the spec's group feature.
       queue_batches: see above.
+      event_time_feature: see above (None: the lag counts from the files'
+        modification times).
       **stream_args: FileStream's arguments when `pattern` is a path.
 
     Example:
@@ -668,10 +738,17 @@ def stream_dataset(spec: FeatureSpec, pattern, format: str, batch_size: int,
         raise ValueError(f"bad_rows must be 'fail' or 'skip', got {bad_rows!r}")
     if int(batch_size) < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size!r}")
-    structure = element_spec(spec, with_group)
+    read_spec = spec
+    if event_time_feature is not None:
+        check_event_time_feature(spec, event_time_feature)
+        read_spec = FeatureSpec(spec.features, spec.source)
+        read_spec.float64_features = frozenset([event_time_feature])
+        stream.event_time_feature = event_time_feature
+    structure = element_spec(spec, with_group, drop=event_time_feature)
     flat_specs = tuple(tf.nest.flatten(structure, expand_composites=True))
-    reader = _Reader(spec, format, int(batch_size), bad_rows,
-                     int(shuffle_buffer), seed, compression, with_group)
+    reader = _Reader(read_spec, format, int(batch_size), bad_rows,
+                     int(shuffle_buffer), seed, compression, with_group,
+                     event_time_feature)
     feeds: List[_Feed] = []
 
     def generate():

@@ -60,12 +60,16 @@ def _ids(f: Feature, values):
 def _element(spec: FeatureSpec, columns: Dict[str, Any], with_group: bool):
     """(features, label[, weight]) from parsed columns (by file column)."""
     features = {}
+    # Dense features read at full precision (float64): a stream's event
+    # time (unix seconds: float32 steps 128 s there).
+    exact = getattr(spec, "float64_features", ())
     for f in spec.features:
         value = columns[f.column]
         if f.is_id:
             features[f.name] = _ids(f, value)
         elif f.kind == "dense":
-            features[f.name] = tf.cast(value, tf.float32)
+            features[f.name] = tf.cast(value, tf.float64 if f.name in exact
+                                       else tf.float32)
         elif f.kind == "group" and with_group:
             features[f.name] = value
     label = tf.cast(columns[spec.label.column], tf.float32)
