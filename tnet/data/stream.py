@@ -232,6 +232,7 @@ class FileStream:
         # now minus the newest event time of the files trained in this run.
         self.event_time_feature: Optional[str] = None
         self.newest_trained_event_time: Optional[float] = None
+        self._future_said = False
 
     # --------------------------------------------------------- control
     def stop(self, reason: str = "stop requested") -> None:
@@ -341,6 +342,12 @@ class FileStream:
                         self.newest_trained_event_time is None
                         or newest > self.newest_trained_event_time):
                     self.newest_trained_event_time = newest
+                    if newest > time.time() + 86400 and not self._future_said:
+                        self._future_said = True
+                        _log(f"{entry['path']}: event time feature "
+                             f"{self.event_time_feature!r} holds {newest:.0f}, "
+                             "more than a day ahead of now: it must be unix "
+                             "seconds (not milliseconds); the lag reads 0")
             if entry["path"] in self.pending:
                 self.pending.remove(entry["path"])
         if self.on_consume is not None:
