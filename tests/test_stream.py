@@ -476,6 +476,39 @@ def test_kill_9_at_twenty_random_points(tmp_path):
     assert retrained >= 1
 
 
+def test_a_backlog_is_published_on_time_not_at_every_file_end(
+        tmp_path, spec, monkeypatch):
+    """Files already landed, a reader slower than training (its queue is
+    empty at each file end): training has not caught up while landed files
+    wait, so PublishDeltas publishes by its timer and once the backlog is
+    trained, not after every file (each publish stops training)."""
+    from tnet.data import stream as stream_lib  # noqa: PLC0415
+    data = tmp_path / "in"
+    for i in range(4):
+        _land(data, f"b-{i:03d}.tfrecord", bd.rows(40, seed=i))
+    slow_read = stream_lib._Reader.read
+
+    def read(self, path):
+        time.sleep(0.3)
+        return slow_read(self, path)
+
+    monkeypatch.setattr(stream_lib._Reader, "read", read)
+    probe, _ = next(iter(spec.dataset(str(data / "b-000.tfrecord"),
+                                      "tfrecord", 40)))
+    model = _model(spec)
+    model(probe, training=False)
+    export = str(tmp_path / "export" / "1")
+    tn.serving.export_for_serving(model, export, updatable=True)
+    stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=1.0)
+    ckpt = tn.callbacks.StreamCheckpoint(tmp_path / "ckpt", stream, verbose=0)
+    publisher = tn.callbacks.PublishDeltas(export, every_seconds=3600,
+                                           compact_at=None, stream=stream)
+    model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH),
+              callbacks=[ckpt, publisher], verbose=0)
+    assert stream.files_consumed == 4
+    assert len(publisher.published) == 1, publisher.published
+
+
 def test_cli_bad_file_fail_exits_4_naming_the_record(tmp_path):
     bd.write_spec(tmp_path / "spec.json")
     data = tmp_path / "in"

@@ -640,9 +640,12 @@ class _Feed:
 
     def caught_up(self, trained: int) -> bool:
         """Whether `trained` steps are every batch yielded, at a file end,
-        with nothing read ahead: training has caught up with the stream."""
+        with nothing read ahead and no landed file waiting: training has
+        caught up with the stream. (With a backlog of landed files, a
+        reader slower than training empties its queue at every file end:
+        that is not caught up.)"""
         return (self.last_end == trained == self.yielded
-                and self.queue.empty())
+                and self.queue.empty() and not self.stream.pending)
 
     def consume_through(self, trained: int) -> int:
         """Moves every file whose batches are all trained into the ledger;
