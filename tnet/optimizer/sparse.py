@@ -103,7 +103,7 @@ class SparseRule:
         set), so Keras' own default there means "not chosen": the rows get
         the rule's row default. Any other value is the user's and is kept.
         """
-        hparams = {k: config[k] for k in cls.hparams()}
+        hparams = {k: config[k] for k in cls.hparams() if k in config}
         if hparams.get("initial_accumulator_value") == \
                 KERAS_INITIAL_ACCUMULATOR_VALUE:
             del hparams["initial_accumulator_value"]

@@ -2,9 +2,21 @@
 // tf.raw_ops.ResourceSparseApplyAdagradV2 (update_slots=True):
 //   acc += g^2;  w -= lr * g / (sqrt(acc) + epsilon)
 // Slots: acc[dim], starting at initial_accumulator_value.
+//
+// Two hyperparameters of tnet's own (no Keras optimizer has them; both 0 by
+// default, which is the update above exactly) make a row's start depend on
+// its own update count n, kept inside acc itself (no slot of its own):
+//   after each update of the row:  acc = max(acc + accumulator_increment,
+//                                            accumulator_floor)
+// so the k-th update of a row (k = 1, 2, ...) sees a start of
+//   initial_accumulator_value + (k - 1) * accumulator_increment,
+// raised to accumulator_floor from the second update on. A row's first
+// steps can be large (a small initial_accumulator_value) and its later ones
+// as small as from a larger start.
 #ifndef TNET_OPS_OPTIMIZERS_ADAGRAD_H_
 #define TNET_OPS_OPTIMIZERS_ADAGRAD_H_
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -14,7 +26,9 @@ namespace tnet {
 
 struct Adagrad : RuleBase {
   static constexpr const char* kName = "adagrad";
-  static constexpr const char* kHparams = "initial_accumulator_value epsilon";
+  static constexpr const char* kHparams =
+      "initial_accumulator_value epsilon accumulator_increment "
+      "accumulator_floor";
   static int NumSlots(int dim) { return dim; }
   template <typename Config>
   static std::string Check(const Config& c) {
@@ -32,6 +46,16 @@ struct Adagrad : RuleBase {
     ForRowWidth(dim, [&](auto width) {
       Row<decltype(width)::value>(lr, c.epsilon, dim, g, w, acc);
     });
+    if (c.accumulator_increment > 0.0f || c.accumulator_floor > 0.0f) {
+      for (int j = 0; j < dim; ++j) {
+        acc[j] = AfterUpdate(c, acc[j]);
+      }
+    }
+  }
+  // The accumulator after an update of its row (see the top of this file).
+  template <typename Config>
+  static float AfterUpdate(const Config& c, float acc) {
+    return std::max(acc + c.accumulator_increment, c.accumulator_floor);
   }
 
  private:
