@@ -181,3 +181,34 @@ def test_checkpointed_run_goes_on_as_the_uninterrupted_one(tmp_path):
     # The floor acted: no row of the deep table is below it after training.
     acc = snapshot(resumed)["embedding"][2]
     assert acc.size and acc.min() >= np.float32(1e-3)
+
+
+def test_a_checkpoint_from_before_the_settings_restores_without_warning(
+        tmp_path, caplog):
+    """Checkpoints written before the two hyperparameters existed name
+    neither: they read as their defaults (0, which is what ran), so no
+    warning; a model given another floor gets the warning."""
+    import json
+    import logging
+
+    from tnet.saving import manifest as manifest_mod
+    from tests.support.ckpt import wide_deep
+    model = wide_deep()
+    model.fit(dataset(128, 0), verbose=0)
+    path = tn.saving.save(model, tmp_path, progress=quiet)
+    mfile = f"{path}/{manifest_mod.MANIFEST}"
+    manifest = json.load(open(mfile))
+    attrs = manifest["tables"]["embedding"]["optimizer"]["attrs"]
+    assert attrs.pop("accumulator_floor") == 0.0
+    assert attrs.pop("accumulator_increment") == 0.0
+    manifest["manifest_sha256"] = manifest_mod._manifest_digest(manifest)
+    json.dump(manifest, open(mfile, "w"))
+
+    caplog.set_level(logging.WARNING)
+    tn.saving.restore(wide_deep(), tmp_path, progress=quiet)
+    assert not [r for r in caplog.records if "differ" in r.getMessage()]
+    other = tn.models.WideDeep(CATS, ["d0"], embedding_dim=4,
+                               hidden_units=[8])
+    other.compile(tn.optimizer.Adagrad(0.05, accumulator_floor=1e-3))
+    tn.saving.restore(other, tmp_path, progress=quiet)
+    assert [r for r in caplog.records if "differ" in r.getMessage()]

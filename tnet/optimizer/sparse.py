@@ -153,6 +153,12 @@ def registered() -> dict[str, tuple[str, ...]]:
     return dict(_rule_table()[0])
 
 
+def hparam_defaults() -> dict[str, float]:
+    """Every hyperparameter of the registration table (rules.h) with its
+    default there (the SparseTableHandle attr's)."""
+    return {k: float(v) for k, v in _rule_table()[1].items()}
+
+
 def resolve_learning_rate(step, layer: Optional[Callable[[], Any]] = None,
                           model: Any = None,
                           rule: "Optional[SparseRule]" = None):
