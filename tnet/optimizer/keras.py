@@ -135,6 +135,13 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
       epsilon: as in Keras.
       row_initial_accumulator_value: the table rows' accumulator start
         alone (default 1e-6).
+      accumulator_floor: table rows only: after each update of a row its
+        accumulator is raised to at least this, so a row's first update
+        starts from `row_initial_accumulator_value` and every later one
+        from at least the floor (see tn.optimizer.sparse.Adagrad).
+      accumulator_increment: table rows only: added to a row's
+        accumulator after each of its updates (its start grows with its
+        update count). Default 0.
       **kwargs: Keras optimizer arguments (`clipnorm`, ...).
 
     Example:
