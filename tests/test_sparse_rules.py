@@ -37,7 +37,8 @@ ALLOWED = {
     "tnet/optimizer/sparse.py": {"initial_accumulator_value"},
     "tnet/optimizer/keras.py": {"initial_accumulator_value", "epsilon",
                                 "accumulator_increment",
-                                "accumulator_floor"},
+                                "accumulator_floor",
+                                "accumulator_repeat_weight"},
     "tnet/layers/linear_features.py": {"initial_accumulator_value"},
 }
 

@@ -281,15 +281,17 @@ def parse_setting(setting: str):
     accumulator_floor / accumulator_increment, see
     tnet_ops/optimizers/adagrad.h) is written after A: "A>L" (rows from A,
     from their second update on from at least L), "A+I" (the start grows
-    by I with each update of the row), or both, "A>L+I"; then "/F" as
-    above.
+    by I with each update of the row), "A*W" (each squared gradient
+    counts 1 + W times for the row's later updates), or together in the
+    order "A>L+I*W"; then "/F" as above.
     Returns (side, adagrad_rows_start | None, ftrl_rows_start | None,
     {row-only Adagrad hyperparameters})."""
     if setting in ("stock", "default"):
         return ("stock" if setting == "stock" else "tnet"), None, None, {}
     acc, _, ftrl = setting.partition("/")
     row = {}
-    for mark, name in (("+", "accumulator_increment"),
+    for mark, name in (("*", "accumulator_repeat_weight"),
+                       ("+", "accumulator_increment"),
                        (">", "accumulator_floor")):
         if mark in acc:
             acc, _, value = acc.partition(mark)

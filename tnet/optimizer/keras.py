@@ -142,6 +142,10 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
       accumulator_increment: table rows only: added to a row's
         accumulator after each of its updates (its start grows with its
         update count). Default 0.
+      accumulator_repeat_weight: table rows only: after each update of a
+        row, its squared gradient is added to the accumulator this many
+        times more (a row's later steps shrink in the scale of its own
+        gradients). Default 0.
       **kwargs: Keras optimizer arguments (`clipnorm`, ...).
 
     Example:
@@ -156,7 +160,7 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
     def __init__(self, learning_rate=0.001, initial_accumulator_value=_UNSET,
                  epsilon=1e-7, row_initial_accumulator_value=None,
                  accumulator_increment=None, accumulator_floor=None,
-                 **kwargs):
+                 accumulator_repeat_weight=None, **kwargs):
         dense, rows = _row_accumulator(initial_accumulator_value,
                                        row_initial_accumulator_value)
         super().__init__(learning_rate=learning_rate,
@@ -165,7 +169,8 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
         self.row_initial_accumulator_value = float(rows)
         self._attach_rule(learning_rate, initial_accumulator_value=rows,
                           accumulator_increment=accumulator_increment,
-                          accumulator_floor=accumulator_floor)
+                          accumulator_floor=accumulator_floor,
+                          accumulator_repeat_weight=accumulator_repeat_weight)
 
     def get_config(self):
         config = super().get_config()
@@ -176,6 +181,8 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
         if rule is not None:  # the rows' own settings (Keras has none)
             config["accumulator_increment"] = rule.accumulator_increment
             config["accumulator_floor"] = rule.accumulator_floor
+            config["accumulator_repeat_weight"] = (
+                rule.accumulator_repeat_weight)
         return config
 
 
