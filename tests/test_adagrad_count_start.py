@@ -1,6 +1,5 @@
 """Adagrad rows whose start depends on their own update count
-(accumulator_increment, accumulator_floor, accumulator_repeat_weight;
-tnet_ops/optimizers/adagrad.h):
+(accumulator_floor; tnet_ops/optimizers/adagrad.h):
 bit-exact against a float32 numpy reference, on one and several shards,
 element-wise and row-wise; the count lives in the accumulator, so a
 checkpointed and restored model goes on exactly as an uninterrupted one.
@@ -53,37 +52,32 @@ def _by_key(table):
     return keys.numpy()[order], slots.numpy()[order]
 
 
-CASES = [  # (initial, increment, floor, repeat weight)
-    (1e-6, 0.0, 1e-3, 0.0),
-    (1e-6, 1e-4, 0.0, 0.0),
-    (1e-6, 0.0, 0.0, 3.0),
-    (1e-6, 3e-4, 2e-3, 0.5),
-    (0.1, 1e-2, 0.0, 0.0),
+CASES = [  # (initial, floor)
+    (1e-6, 1e-4),
+    (1e-6, 2e-3),
+    (1e-3, 1e-6),   # a floor below the start: never acts
 ]
 
 
 @pytest.mark.parametrize("num_shards", [1, 3])
-@pytest.mark.parametrize("initial,increment,floor,weight", CASES)
-def test_adagrad_matches_numpy_bit_exact(initial, increment, floor, weight,
-                                         num_shards):
+@pytest.mark.parametrize("initial,floor", CASES)
+def test_adagrad_matches_numpy_bit_exact(initial, floor, num_shards):
     f32 = np.float32
     lr, eps = f32(0.05), f32(1e-7)
     table = tn.SparseTable("count_start", DIM, tn.optimizer.Adagrad(
         float(lr), initial_accumulator_value=initial, epsilon=float(eps),
-        accumulator_increment=increment, accumulator_floor=floor,
-        accumulator_repeat_weight=weight), num_shards=num_shards)
+        accumulator_floor=floor), num_shards=num_shards)
     w = table.pull(_keys(), training=True).numpy()
     acc = np.full_like(w, f32(initial))
     n = np.zeros(VOCAB, int)
     pos = {int(k): i for i, k in enumerate(_keys())}
-    for keys, grads in _batches(int(increment * 1e4 + weight) + num_shards):
+    for keys, grads in _batches(int(floor * 1e4) + num_shards):
         table.push(keys, grads)
         for k, g in zip(*_summed(keys, grads)):
             i = pos[int(k)]
             acc[i] += g * g
             w[i] -= lr * g / (np.sqrt(acc[i]) + eps)
-            acc[i] = np.maximum(acc[i] + f32(increment) + f32(weight) * (g * g),
-                                f32(floor))
+            acc[i] = np.maximum(acc[i], f32(floor))
             n[i] += 1
     assert n.max() >= 4 and (n == 1).any()   # counts differ between rows
     np.testing.assert_array_equal(
@@ -95,12 +89,10 @@ def test_adagrad_matches_numpy_bit_exact(initial, increment, floor, weight,
 @pytest.mark.parametrize("num_shards", [1, 2])
 def test_rowwise_adagrad_matches_numpy_bit_exact(num_shards):
     f32 = np.float32
-    lr, eps, initial, inc, floor, weight = (
-        f32(x) for x in (0.05, 1e-7, 1e-6, 1e-4, 1e-3, 2.0))
+    lr, eps, initial, floor = (f32(x) for x in (0.05, 1e-7, 1e-6, 1e-3))
     table = tn.SparseTable("count_start_rw", DIM, tn.optimizer.RowwiseAdagrad(
         float(lr), initial_accumulator_value=float(initial),
-        epsilon=float(eps), accumulator_increment=float(inc),
-        accumulator_floor=float(floor), accumulator_repeat_weight=float(weight)),
+        epsilon=float(eps), accumulator_floor=float(floor)),
         num_shards=num_shards)
     w = table.pull(_keys(), training=True).numpy()
     acc = np.full(VOCAB, initial, np.float32)
@@ -114,7 +106,7 @@ def test_rowwise_adagrad_matches_numpy_bit_exact(num_shards):
                 sq += x * x
             acc[i] += sq / f32(DIM)
             w[i] -= (lr / (np.sqrt(acc[i]) + eps)) * g
-            acc[i] = np.maximum(acc[i] + inc + weight * (sq / f32(DIM)), floor)
+            acc[i] = np.maximum(acc[i], floor)
     np.testing.assert_array_equal(
         table.pull(_keys(), training=False).numpy(), w)
     keys, slots = _by_key(table)
@@ -142,15 +134,13 @@ def test_the_first_update_of_a_row_starts_from_initial_then_the_floor():
 
 def test_settings_survive_config_and_stock_adagrad_keeps_them_off():
     import tf_keras
-    opt = tn.optimizer.Adagrad(0.05, accumulator_floor=1e-3,
-                               accumulator_increment=1e-4)
+    opt = tn.optimizer.Adagrad(0.05, accumulator_floor=1e-3)
     again = tn.optimizer.Adagrad.from_config(opt.get_config())
     for o in (opt, again):
-        assert (o.sparse_rule.accumulator_floor,
-                o.sparse_rule.accumulator_increment,
-                o.sparse_rule.accumulator_repeat_weight) == (1e-3, 1e-4, 0.0)
+        assert o.sparse_rule.accumulator_floor == 1e-3
     rule = tn.optimizer.sparse_rule_of(tf_keras.optimizers.Adagrad(0.05))
-    assert (rule.accumulator_floor, rule.accumulator_increment) == (0.0, 0.0)
+    assert rule.accumulator_floor == 0.0
+    assert tn.optimizer.Adagrad(0.05).sparse_rule.accumulator_floor == 0.0
     with pytest.raises(Exception, match="accumulator_floor must be finite "
                        "and >= 0"):
         tn.SparseTable("bad", 2, tn.optimizer.Adagrad(
@@ -161,9 +151,7 @@ def _model():
     import tf_keras
     tf_keras.utils.set_random_seed(3)   # the same dense start each time
     model = tn.models.WideDeep(CATS, ["d0"], embedding_dim=4, hidden_units=[8])
-    model.compile(tn.optimizer.Adagrad(0.05, accumulator_floor=1e-3,
-                                       accumulator_increment=1e-5,
-                                       accumulator_repeat_weight=1.0))
+    model.compile(tn.optimizer.Adagrad(0.05, accumulator_floor=1e-3))
     return model
 
 
@@ -191,8 +179,8 @@ def test_checkpointed_run_goes_on_as_the_uninterrupted_one(tmp_path):
 
 def test_a_checkpoint_from_before_the_settings_restores_without_warning(
         tmp_path, caplog):
-    """Checkpoints written before the two hyperparameters existed name
-    neither: they read as their defaults (0, which is what ran), so no
+    """Checkpoints written before the floor existed do not name it: it
+    reads as its default (0, which is what ran), so no
     warning; a model given another floor gets the warning."""
     import json
     import logging
@@ -206,8 +194,6 @@ def test_a_checkpoint_from_before_the_settings_restores_without_warning(
     manifest = json.load(open(mfile))
     attrs = manifest["tables"]["embedding"]["optimizer"]["attrs"]
     assert attrs.pop("accumulator_floor") == 0.0
-    assert attrs.pop("accumulator_increment") == 0.0
-    assert attrs.pop("accumulator_repeat_weight") == 0.0
     manifest["manifest_sha256"] = manifest_mod._manifest_digest(manifest)
     json.dump(manifest, open(mfile, "w"))
 

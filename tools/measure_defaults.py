@@ -278,24 +278,20 @@ def parse_setting(setting: str):
     the model has one, the wide FTRL rows start at A) or "A/F" (Adagrad
     rows from A, wide FTRL rows from F; "-" for either's default).
     A count-dependent start of the Adagrad rows (tn.optimizer.Adagrad's
-    accumulator_floor / accumulator_increment, see
-    tnet_ops/optimizers/adagrad.h) is written after A: "A>L" (rows from A,
-    from their second update on from at least L), "A+I" (the start grows
-    by I with each update of the row), "A*W" (each squared gradient
-    counts 1 + W times for the row's later updates), or together in the
-    order "A>L+I*W"; then "/F" as above.
+    accumulator_floor, see tnet_ops/optimizers/adagrad.h) is written
+    after A: "A>L" (rows from A, from their second update on from at
+    least L); then "/F" as above. (Commits 388e684 and before also read
+    "A+I" and "A*W", two variants measured and left out: BENCHMARKS.md
+    "Defaults".)
     Returns (side, adagrad_rows_start | None, ftrl_rows_start | None,
     {row-only Adagrad hyperparameters})."""
     if setting in ("stock", "default"):
         return ("stock" if setting == "stock" else "tnet"), None, None, {}
     acc, _, ftrl = setting.partition("/")
     row = {}
-    for mark, name in (("*", "accumulator_repeat_weight"),
-                       ("+", "accumulator_increment"),
-                       (">", "accumulator_floor")):
-        if mark in acc:
-            acc, _, value = acc.partition(mark)
-            row[name] = float(value)
+    if ">" in acc:
+        acc, _, value = acc.partition(">")
+        row["accumulator_floor"] = float(value)
     ftrl = ftrl or acc
     return ("tnet", None if acc == "-" else float(acc),
             None if ftrl == "-" else float(ftrl), row)

@@ -50,7 +50,7 @@ def optimizer(kind: str, stock: bool, lr: float | None = None,
     initial_accumulator_value (every variable); tnet: the table rows'
     (row_initial_accumulator_value; dense variables keep Keras' 0.1).
     `row` (tnet Adagrad only): its row-only hyperparameters
-    (accumulator_floor, accumulator_increment).
+    (accumulator_floor).
     kind "rowwise_adagrad": tnet's RowwiseAdagrad (one accumulator per
     row, Keras' Adagrad for the dense part); stock: Keras' Adagrad.
     """

@@ -135,17 +135,11 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
       epsilon: as in Keras.
       row_initial_accumulator_value: the table rows' accumulator start
         alone (default 1e-6).
-      accumulator_floor: table rows only: after each update of a row its
-        accumulator is raised to at least this, so a row's first update
-        starts from `row_initial_accumulator_value` and every later one
-        from at least the floor (see tn.optimizer.sparse.Adagrad).
-      accumulator_increment: table rows only: added to a row's
-        accumulator after each of its updates (its start grows with its
-        update count). Default 0.
-      accumulator_repeat_weight: table rows only: after each update of a
-        row, its squared gradient is added to the accumulator this many
-        times more (a row's later steps shrink in the scale of its own
-        gradients). Default 0.
+      accumulator_floor: table rows only (default 0, off): after each
+        update of a row its accumulator is raised to at least this, so a
+        row's first update starts from `row_initial_accumulator_value`
+        and every later one from at least the floor (see
+        tn.optimizer.sparse.Adagrad).
       **kwargs: Keras optimizer arguments (`clipnorm`, ...).
 
     Example:
@@ -159,8 +153,7 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
 
     def __init__(self, learning_rate=0.001, initial_accumulator_value=_UNSET,
                  epsilon=1e-7, row_initial_accumulator_value=None,
-                 accumulator_increment=None, accumulator_floor=None,
-                 accumulator_repeat_weight=None, **kwargs):
+                 accumulator_floor=None, **kwargs):
         dense, rows = _row_accumulator(initial_accumulator_value,
                                        row_initial_accumulator_value)
         super().__init__(learning_rate=learning_rate,
@@ -168,9 +161,7 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
                          epsilon=epsilon, **kwargs)
         self.row_initial_accumulator_value = float(rows)
         self._attach_rule(learning_rate, initial_accumulator_value=rows,
-                          accumulator_increment=accumulator_increment,
-                          accumulator_floor=accumulator_floor,
-                          accumulator_repeat_weight=accumulator_repeat_weight)
+                          accumulator_floor=accumulator_floor)
 
     def get_config(self):
         config = super().get_config()
@@ -178,11 +169,8 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
             config["row_initial_accumulator_value"] = (
                 self.row_initial_accumulator_value)
         rule = getattr(self, "sparse_rule", None)
-        if rule is not None:  # the rows' own settings (Keras has none)
-            config["accumulator_increment"] = rule.accumulator_increment
+        if rule is not None:  # the rows' own setting (Keras has none)
             config["accumulator_floor"] = rule.accumulator_floor
-            config["accumulator_repeat_weight"] = (
-                rule.accumulator_repeat_weight)
         return config
 
 

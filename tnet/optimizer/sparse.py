@@ -242,13 +242,14 @@ class Adagrad(SparseRule):
     (1e-6), not Keras' 0.1: rare ids learn at full speed from their first
     example. Pass 0.1 for Keras' behaviour.
 
-    Two hyperparameters of tnet's own make a row's start depend on its
-    update count n (no Keras optimizer has them): after each update of a
-    row, acc = max(acc + `accumulator_increment`, `accumulator_floor`).
-    The row's k-th update thus starts from initial_accumulator_value +
-    (k - 1) * increment, raised to the floor from its second update on: a
-    row can take large first steps and small later ones. The count lives
-    in the accumulator (no extra slot; checkpoints keep it).
+    `accumulator_floor` (tnet's own, 0 by default: off) makes a row's
+    start depend on its update count: after each update of a row, acc =
+    max(acc, floor), so its first update runs from
+    initial_accumulator_value and every later one from at least the
+    floor. Measured as a default and not chosen (it depends on the scale
+    of the gradients; BENCHMARKS.md "Defaults"); it can help a model
+    trained for several epochs (early-stopped). No extra slot:
+    checkpoints keep it.
     """
 
     name = "adagrad"

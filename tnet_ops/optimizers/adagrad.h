@@ -3,19 +3,17 @@
 //   acc += g^2;  w -= lr * g / (sqrt(acc) + epsilon)
 // Slots: acc[dim], starting at initial_accumulator_value.
 //
-// Two hyperparameters of tnet's own (no Keras optimizer has them; both 0 by
-// default, which is the update above exactly) make a row's start depend on
-// its own update count n, kept inside acc itself (no slot of its own):
-//   after each update of the row:
-//     acc = max(acc + accumulator_increment + accumulator_repeat_weight * g^2,
-//               accumulator_floor)
-// so the k-th update of a row (k = 1, 2, ...) sees a start of
-//   initial_accumulator_value + (k - 1) * accumulator_increment
-//   + accumulator_repeat_weight * (the squared gradients of updates 1..k-1),
-// raised to accumulator_floor from the second update on. A row's first
-// steps can be large (a small initial_accumulator_value) and its later ones
-// as small as from a larger start; the repeat weight does it in the scale
-// of the row's own gradients.
+// accumulator_floor, a hyperparameter of tnet's own (no Keras optimizer has
+// it; 0 by default, which is the update above exactly), makes a row's start
+// depend on its own update count:
+//   after each update of the row:  acc = max(acc, accumulator_floor)
+// so a row's first update runs from initial_accumulator_value and every
+// later one from at least the floor. Whether a row was updated before is
+// read from acc itself (no slot of its own; checkpoints keep it). With a
+// small start, a rare row's first step is large and its later steps are
+// no larger than from a start at the floor: gradients much smaller than
+// sqrt(floor) then move the row in proportion to their size instead of
+// by about the learning rate.
 #ifndef TNET_OPS_OPTIMIZERS_ADAGRAD_H_
 #define TNET_OPS_OPTIMIZERS_ADAGRAD_H_
 
@@ -30,8 +28,7 @@ namespace tnet {
 struct Adagrad : RuleBase {
   static constexpr const char* kName = "adagrad";
   static constexpr const char* kHparams =
-      "initial_accumulator_value epsilon accumulator_increment "
-      "accumulator_floor accumulator_repeat_weight";
+      "initial_accumulator_value epsilon accumulator_floor";
   static int NumSlots(int dim) { return dim; }
   template <typename Config>
   static std::string Check(const Config& c) {
@@ -49,20 +46,11 @@ struct Adagrad : RuleBase {
     ForRowWidth(dim, [&](auto width) {
       Row<decltype(width)::value>(lr, c.epsilon, dim, g, w, acc);
     });
-    if (c.accumulator_increment > 0.0f || c.accumulator_floor > 0.0f ||
-        c.accumulator_repeat_weight > 0.0f) {
+    if (c.accumulator_floor > 0.0f) {
       for (int j = 0; j < dim; ++j) {
-        acc[j] = AfterUpdate(c, acc[j], g[j] * g[j]);
+        acc[j] = std::max(acc[j], c.accumulator_floor);
       }
     }
-  }
-  // The accumulator after an update of its row whose squared gradient
-  // was g2 (see the top of this file).
-  template <typename Config>
-  static float AfterUpdate(const Config& c, float acc, float g2) {
-    return std::max(acc + c.accumulator_increment +
-                        c.accumulator_repeat_weight * g2,
-                    c.accumulator_floor);
   }
 
  private:

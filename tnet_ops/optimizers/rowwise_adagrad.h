@@ -3,11 +3,11 @@
 //   acc += mean_j(g_j^2);  w -= lr * g / (sqrt(acc) + epsilon)
 // A third less memory than Adagrad at dim 8 and nearly the same quality for
 // embedding rows, whose coordinates see the same examples.
-// accumulator_increment, accumulator_floor and accumulator_repeat_weight
-// as in adagrad.h (the squared gradient there is the row's mean).
+// accumulator_floor as in adagrad.h.
 #ifndef TNET_OPS_OPTIMIZERS_ROWWISE_ADAGRAD_H_
 #define TNET_OPS_OPTIMIZERS_ROWWISE_ADAGRAD_H_
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -36,9 +36,8 @@ struct RowwiseAdagrad : RuleBase {
     acc[0] += sq / static_cast<float>(dim);
     const float scale = lr / (std::sqrt(acc[0]) + c.epsilon);
     for (int j = 0; j < dim; ++j) w[j] -= scale * g[j];
-    if (c.accumulator_increment > 0.0f || c.accumulator_floor > 0.0f ||
-        c.accumulator_repeat_weight > 0.0f) {
-      acc[0] = Adagrad::AfterUpdate(c, acc[0], sq / static_cast<float>(dim));
+    if (c.accumulator_floor > 0.0f) {
+      acc[0] = std::max(acc[0], c.accumulator_floor);
     }
   }
 };
