@@ -280,7 +280,7 @@ def parse_setting(setting: str):
     A count-dependent start of the Adagrad rows (tn.optimizer.Adagrad's
     accumulator_floor, see tnet_ops/optimizers/adagrad.h) is written
     after A: "A>L" (rows from A, from their second update on from at
-    least L); then "/F" as above. (Commits c0e49e1 and before also read
+    least L); then "/F" as above. (Commits ebe9c5c and before also read
     "A+I" and "A*W", two variants measured and left out: BENCHMARKS.md
     "Defaults".)
     Returns (side, adagrad_rows_start | None, ftrl_rows_start | None,
