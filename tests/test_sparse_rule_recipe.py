@@ -115,6 +115,13 @@ CHILD = textwrap.dedent('''
 ''')
 
 
+def _last_hparam_line(text: str) -> str:
+    """The last line of TNET_SPARSE_HPARAMS in rules.h (with its newline)."""
+    block = text[text.index("#define TNET_SPARSE_HPARAMS(X)"):]
+    block = block[:block.index("\n\n") + 1]
+    return block.splitlines(keepends=True)[-1]
+
+
 def _add_rule(tree: pathlib.Path) -> None:
     (tree / "tnet_ops/optimizers/momentum.h").write_text(HEADER)
     rules = tree / "tnet_ops/optimizers/rules.h"
@@ -123,8 +130,8 @@ def _add_rule(tree: pathlib.Path) -> None:
         ('#include "tnet_ops/optimizers/sgd.h"\n',
          '#include "tnet_ops/optimizers/sgd.h"\n'
          '#include "tnet_ops/optimizers/momentum.h"\n'),
-        ("  X(beta, 0.0, kNonNegative)\n",
-         "  X(beta, 0.0, kNonNegative)                                   \\\n"
+        (_last_hparam_line(text),
+         _last_hparam_line(text)[:-1] + " \\\n"
          "  X(momentum, 0.9, kUnitInterval)\n"),
         ("Adam, Ftrl>;", "Adam, Ftrl, Momentum>;"),
     ]:

@@ -29,11 +29,14 @@ RULES_H = ROOT / "tnet_ops" / "optimizers" / "rules.h"
 # rules that read it, and why: the Adagrad rows' own accumulator start
 # (sparse.ROW_INITIAL_ACCUMULATOR_VALUE, a measured tnet default that
 # differs from Keras'), the Keras Adagrad's dense/rows split of that start
-# (and its epsilon, passed on to tf_keras), and LinearFeatures' wide FTRL
-# start. A name used anywhere else is a second list to keep in step.
+# (and its epsilon, passed on to tf_keras), the Keras Adagrad's argument
+# for the rows' count-dependent start (no Keras optimizer has it, so it
+# is taken before tf_keras sees the rest), and LinearFeatures' wide
+# FTRL start. A name used anywhere else is a second list to keep in step.
 ALLOWED = {
     "tnet/optimizer/sparse.py": {"initial_accumulator_value"},
-    "tnet/optimizer/keras.py": {"initial_accumulator_value", "epsilon"},
+    "tnet/optimizer/keras.py": {"initial_accumulator_value", "epsilon",
+                                "accumulator_floor"},
     "tnet/layers/linear_features.py": {"initial_accumulator_value"},
 }
 

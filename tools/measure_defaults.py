@@ -277,13 +277,24 @@ def parse_setting(setting: str):
     (tnet's defaults at this commit), "A" (tnet, Adagrad rows and, where
     the model has one, the wide FTRL rows start at A) or "A/F" (Adagrad
     rows from A, wide FTRL rows from F; "-" for either's default).
-    Returns (side, adagrad_rows_start | None, ftrl_rows_start | None)."""
+    A count-dependent start of the Adagrad rows (tn.optimizer.Adagrad's
+    accumulator_floor, see tnet_ops/optimizers/adagrad.h) is written
+    after A: "A>L" (rows from A, from their second update on from at
+    least L); then "/F" as above. (Commits ebe9c5c and before also read
+    "A+I" and "A*W", two variants measured and left out: BENCHMARKS.md
+    "Defaults".)
+    Returns (side, adagrad_rows_start | None, ftrl_rows_start | None,
+    {row-only Adagrad hyperparameters})."""
     if setting in ("stock", "default"):
-        return ("stock" if setting == "stock" else "tnet"), None, None
+        return ("stock" if setting == "stock" else "tnet"), None, None, {}
     acc, _, ftrl = setting.partition("/")
+    row = {}
+    if ">" in acc:
+        acc, _, value = acc.partition(">")
+        row["accumulator_floor"] = float(value)
     ftrl = ftrl or acc
     return ("tnet", None if acc == "-" else float(acc),
-            None if ftrl == "-" else float(ftrl))
+            None if ftrl == "-" else float(ftrl), row)
 
 
 def _early_stopping():
@@ -322,7 +333,7 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
 
     import tnet as tn
     from tnet.data.metrics import auc as auc_of
-    side, acc, ftrl = parse_setting(setting)
+    side, acc, ftrl, row = parse_setting(setting)
     tf_keras.utils.set_random_seed(seed)
     callbacks = [_early_stopping()] if early else []
     epochs = MAX_EPOCHS if early else 1
@@ -351,7 +362,7 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
                                        train_metrics=False,
                                        wide_optimizer=wide_opt)
             okw = {} if acc is None else {"row_initial_accumulator_value": acc}
-            model.compile(tn.optimizer.Adagrad(0.05, **okw))
+            model.compile(tn.optimizer.Adagrad(0.05, **okw, **row))
         score = ((lambda f: model.logits(f, training=False)) if side == "tnet"
                  else (lambda f: model(f, training=False)))
     else:
@@ -395,7 +406,7 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
             raise SystemExit(f"unknown case {case!r}; one of {SWEEP_CASES}")
         train, val, hold = (data if early else (data[0], None, data[1]))
         opt = user_models.optimizer("adagrad", side == "stock",
-                                    accumulator=acc)
+                                    accumulator=acc, row=row)
         if case.endswith("_wd") and side == "tnet":
             model.compile(opt)    # its own loss and AUC metric
             score = lambda f: model.logits(f, training=False)  # noqa: E731

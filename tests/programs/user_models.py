@@ -42,13 +42,15 @@ NUM_BINS = 2**16          # stock rows per column: few collisions at this size
 
 
 def optimizer(kind: str, stock: bool, lr: float | None = None,
-              accumulator: float | None = None):
+              accumulator: float | None = None, row: dict | None = None):
     """The same optimizer on both sides: tnet's (dense + in-table rule) or
     the stock tf_keras one, each side's default hyperparameters.
 
     `accumulator` (Adagrad only, for measuring defaults): stock: Keras'
     initial_accumulator_value (every variable); tnet: the table rows'
     (row_initial_accumulator_value; dense variables keep Keras' 0.1).
+    `row` (tnet Adagrad only): its row-only hyperparameters
+    (accumulator_floor).
     kind "rowwise_adagrad": tnet's RowwiseAdagrad (one accumulator per
     row, Keras' Adagrad for the dense part); stock: Keras' Adagrad.
     """
@@ -60,6 +62,10 @@ def optimizer(kind: str, stock: bool, lr: float | None = None,
             raise ValueError("accumulator is an Adagrad setting")
         kw = {("initial_accumulator_value" if stock
                else "row_initial_accumulator_value"): accumulator}
+    if row:
+        if stock or kind not in ("adagrad", "rowwise_adagrad"):
+            raise ValueError("row hyperparameters are tnet Adagrad's")
+        kw.update(row)
     if stock:   # Keras has no row-wise Adagrad: a stock user takes Adagrad
         return {"adam": tf_keras.optimizers.Adam,
                 "adagrad": tf_keras.optimizers.Adagrad,

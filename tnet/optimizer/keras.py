@@ -32,9 +32,12 @@ class _TnetOptimizer:
         `row_hparams` (not None) override them for the table rows."""
         config = dict(self.get_config())
         config.update({k: v for k, v in row_hparams.items() if v is not None})
+        # A hyperparameter Keras' optimizer lacks (tnet's own, rows only)
+        # keeps the rule's default unless given in row_hparams.
         self.sparse_rule = self.rule_class(
             _float_or_schedule(learning_rate),
-            **{k: config[k] for k in self.rule_class.hparams()})
+            **{k: config[k] for k in self.rule_class.hparams()
+               if k in config})
 
 
 # Marks an argument the caller did not pass.
@@ -132,6 +135,11 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
       epsilon: as in Keras.
       row_initial_accumulator_value: the table rows' accumulator start
         alone (default 1e-6).
+      accumulator_floor: table rows only (default 0, off): after each
+        update of a row its accumulator is raised to at least this, so a
+        row's first update starts from `row_initial_accumulator_value`
+        and every later one from at least the floor (see
+        tn.optimizer.sparse.Adagrad).
       **kwargs: Keras optimizer arguments (`clipnorm`, ...).
 
     Example:
@@ -144,20 +152,25 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
     rule_class = sparse.Adagrad
 
     def __init__(self, learning_rate=0.001, initial_accumulator_value=_UNSET,
-                 epsilon=1e-7, row_initial_accumulator_value=None, **kwargs):
+                 epsilon=1e-7, row_initial_accumulator_value=None,
+                 accumulator_floor=None, **kwargs):
         dense, rows = _row_accumulator(initial_accumulator_value,
                                        row_initial_accumulator_value)
         super().__init__(learning_rate=learning_rate,
                          initial_accumulator_value=dense,
                          epsilon=epsilon, **kwargs)
         self.row_initial_accumulator_value = float(rows)
-        self._attach_rule(learning_rate, initial_accumulator_value=rows)
+        self._attach_rule(learning_rate, initial_accumulator_value=rows,
+                          accumulator_floor=accumulator_floor)
 
     def get_config(self):
         config = super().get_config()
         if hasattr(self, "row_initial_accumulator_value"):
             config["row_initial_accumulator_value"] = (
                 self.row_initial_accumulator_value)
+        rule = getattr(self, "sparse_rule", None)
+        if rule is not None:  # the rows' own setting (Keras has none)
+            config["accumulator_floor"] = rule.accumulator_floor
         return config
 
 

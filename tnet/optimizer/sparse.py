@@ -103,7 +103,7 @@ class SparseRule:
         set), so Keras' own default there means "not chosen": the rows get
         the rule's row default. Any other value is the user's and is kept.
         """
-        hparams = {k: config[k] for k in cls.hparams()}
+        hparams = {k: config[k] for k in cls.hparams() if k in config}
         if hparams.get("initial_accumulator_value") == \
                 KERAS_INITIAL_ACCUMULATOR_VALUE:
             del hparams["initial_accumulator_value"]
@@ -151,6 +151,12 @@ def registered() -> dict[str, tuple[str, ...]]:
     """Every rule of the op library's registration table (rules.h), with its
     hyperparameters (Keras names, in argument order)."""
     return dict(_rule_table()[0])
+
+
+def hparam_defaults() -> dict[str, float]:
+    """Every hyperparameter of the registration table (rules.h) with its
+    default there (the SparseTableHandle attr's)."""
+    return {k: float(v) for k, v in _rule_table()[1].items()}
 
 
 def resolve_learning_rate(step, layer: Optional[Callable[[], Any]] = None,
@@ -235,6 +241,15 @@ class Adagrad(SparseRule):
     `initial_accumulator_value`, by default ROW_INITIAL_ACCUMULATOR_VALUE
     (1e-6), not Keras' 0.1: rare ids learn at full speed from their first
     example. Pass 0.1 for Keras' behaviour.
+
+    `accumulator_floor` (tnet's own, 0 by default: off) makes a row's
+    start depend on its update count: after each update of a row, acc =
+    max(acc, floor), so its first update runs from
+    initial_accumulator_value and every later one from at least the
+    floor. Measured as a default and not chosen (it depends on the scale
+    of the gradients; BENCHMARKS.md "Defaults"); it can help a model
+    trained for several epochs (early-stopped). No extra slot:
+    checkpoints keep it.
     """
 
     name = "adagrad"

@@ -187,10 +187,23 @@ def _check_tables(tables: Dict[str, SparseTable], chain) -> None:
                     f"{mfile}: table {name!r} does not fit the model: "
                     + "; ".join(problems), mfile)
             attrs = _jsonable(table.optimizer.table_attrs())
-            if info["optimizer"].get("attrs") != attrs:
+            if _with_later_hparams(info["optimizer"].get("attrs"),
+                                   attrs) != attrs:
                 logger.warning("table %r: optimizer attrs %s in %s differ "
                                "from the model's %s; restoring anyway", name,
                                info["optimizer"].get("attrs"), mfile, attrs)
+
+
+def _with_later_hparams(saved, attrs):
+    """A checkpoint's optimizer attrs, with each hyperparameter added to
+    rules.h after it was written (absent from it, in the model's attrs)
+    read as its default: the rule ran with that value."""
+    if not isinstance(saved, dict):
+        return saved
+    from tnet.optimizer import sparse
+    defaults = sparse.hparam_defaults()
+    return {**{k: defaults[k] for k in attrs
+               if k not in saved and k in defaults}, **saved}
 
 
 def _check_parts(cpath: str, manifest: Dict[str, Any],

@@ -2,9 +2,22 @@
 // tf.raw_ops.ResourceSparseApplyAdagradV2 (update_slots=True):
 //   acc += g^2;  w -= lr * g / (sqrt(acc) + epsilon)
 // Slots: acc[dim], starting at initial_accumulator_value.
+//
+// accumulator_floor, a hyperparameter of tnet's own (no Keras optimizer has
+// it; 0 by default, which is the update above exactly), makes a row's start
+// depend on its own update count:
+//   after each update of the row:  acc = max(acc, accumulator_floor)
+// so a row's first update runs from initial_accumulator_value and every
+// later one from at least the floor. Whether a row was updated before is
+// read from acc itself (no slot of its own; checkpoints keep it). With a
+// small start, a rare row's first step is large and its later steps are
+// no larger than from a start at the floor: gradients much smaller than
+// sqrt(floor) then move the row in proportion to their size instead of
+// by about the learning rate.
 #ifndef TNET_OPS_OPTIMIZERS_ADAGRAD_H_
 #define TNET_OPS_OPTIMIZERS_ADAGRAD_H_
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -14,7 +27,8 @@ namespace tnet {
 
 struct Adagrad : RuleBase {
   static constexpr const char* kName = "adagrad";
-  static constexpr const char* kHparams = "initial_accumulator_value epsilon";
+  static constexpr const char* kHparams =
+      "initial_accumulator_value epsilon accumulator_floor";
   static int NumSlots(int dim) { return dim; }
   template <typename Config>
   static std::string Check(const Config& c) {
@@ -32,6 +46,11 @@ struct Adagrad : RuleBase {
     ForRowWidth(dim, [&](auto width) {
       Row<decltype(width)::value>(lr, c.epsilon, dim, g, w, acc);
     });
+    if (c.accumulator_floor > 0.0f) {
+      for (int j = 0; j < dim; ++j) {
+        acc[j] = std::max(acc[j], c.accumulator_floor);
+      }
+    }
   }
 
  private:

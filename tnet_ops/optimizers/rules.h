@@ -41,7 +41,8 @@
   X(l1_regularization_strength, 0.0, kNonNegative)               \
   X(l2_regularization_strength, 0.0, kNonNegative)               \
   X(l2_shrinkage_regularization_strength, 0.0, kNonNegative)     \
-  X(beta, 0.0, kNonNegative)
+  X(beta, 0.0, kNonNegative)                                     \
+  X(accumulator_floor, 0.0, kNonNegative)
 
 namespace tnet {
 
