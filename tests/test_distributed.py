@@ -1,10 +1,12 @@
 """ParameterServerStrategy with real processes on 127.0.0.1."""
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -142,10 +144,10 @@ def test_malformed_tf_config_is_a_clear_error(tf_config, match, command):
     assert "serving at" not in res.stdout  # nothing started
 
 
-def test_lost_ps_is_named_from_the_error_not_a_probe(monkeypatch):
-    """The error text names the lost ps (/job:ps/replica:0/task:1); the
-    addresses all accept connections, so a TCP probe would name none."""
-    import socket
+@contextlib.contextmanager
+def _chief_whose_tasks_all_listen(monkeypatch):
+    """TF_CONFIG of a chief and 2 ps whose addresses accept connections
+    (so a TCP probe names none); yields [chief, ps:0, ps:1] addresses."""
     socks = [socket.socket() for _ in range(3)]
     try:
         for s in socks:
@@ -156,6 +158,16 @@ def test_lost_ps_is_named_from_the_error_not_a_probe(monkeypatch):
             {"cluster": {"chief": [addr[0]], "worker": ["127.0.0.1:1"],
                          "ps": addr[1:]},
              "task": {"type": "chief", "index": 0}}))
+        yield addr
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_lost_ps_is_named_from_the_error_not_a_probe(monkeypatch):
+    """The error text names the lost ps (/job:ps/replica:0/task:1); the
+    addresses all accept connections, so a TCP probe would name none."""
+    with _chief_whose_tasks_all_listen(monkeypatch) as addr:
         assert tn.distribute.unreachable_tasks(jobs=("ps",)) == []
         error = tf.errors.UnavailableError(
             None, None, "Graph execution error:\n2 root error(s) found.\n"
@@ -186,9 +198,6 @@ def test_lost_ps_is_named_from_the_error_not_a_probe(monkeypatch):
             "/job:ps/replica:0/task:0/device:CPU:0")
         assert tn.distribute.explain_failure(bad) is None
         assert tn.distribute.explain_failure(ValueError("x")) is None
-    finally:
-        for s in socks:
-            s.close()
 
 
 # The error of a step that failed with ps:1 cut off (tests/test_hosts.py,
@@ -311,22 +320,12 @@ def test_tnet_train_ends_138_naming_the_lost_ps_and_the_steps_lost(
     """tnet.train's main, given the error a lost ps raises out of fit: exit
     138 (EXIT_RESTART, at once: no teardown), one line naming the ps and
     what a restart redoes; any other error is raised as it is."""
-    import socket
     from types import SimpleNamespace
 
     from tnet.cli import flags as cli_flags
     from tnet.cli import main as cli_main
     from tnet.cli.config import JobConfig
-    socks = [socket.socket() for _ in range(3)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-            s.listen()
-        addr = [f"127.0.0.1:{s.getsockname()[1]}" for s in socks]
-        monkeypatch.setenv("TF_CONFIG", json.dumps(
-            {"cluster": {"chief": [addr[0]], "worker": ["127.0.0.1:1"],
-                         "ps": addr[1:]},
-             "task": {"type": "chief", "index": 0}}))
+    with _chief_whose_tasks_all_listen(monkeypatch) as addr:
         lost = tf.errors.UnavailableError(
             None, None, "failed to connect to all addresses; last error: "
             f"ipv4:{addr[2]}: Connection timed out\nAdditional GRPC error "
@@ -360,9 +359,6 @@ def test_tnet_train_ends_138_naming_the_lost_ps_and_the_steps_lost(
         monkeypatch.setattr(cli_main, "run", other_error)
         with pytest.raises(RuntimeError, match="not a lost task"):
             cli_main.main(["tnet.train"])
-    finally:
-        for s in socks:
-            s.close()
 
 
 def test_steps_lost_note():
