@@ -7,7 +7,8 @@ the library has to link against the very TensorFlow that will load it.
 Objects are cached in build/obj and recompiled only when a source or any
 header under tnet_ops/ changed, and shared between checkouts through
 ~/.cache/tnet/obj (TNET_BUILD_CACHE; see _ObjectCache); files compile in
-parallel (TNET_BUILD_JOBS, default: number of CPUs). TNET_EXTRA_CFLAGS adds flags (e.g. sanitizers).
+parallel (TNET_BUILD_JOBS, default: number of CPUs). TNET_EXTRA_CFLAGS
+adds flags (e.g. sanitizers).
 tnet_ops/bind/bind_shim.c becomes tnet/_lib/libtnet_bind.so, a separate
 LD_PRELOAD library (see tnet/bind.py).
 
