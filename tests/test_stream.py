@@ -493,12 +493,8 @@ def test_a_backlog_is_published_on_time_not_at_every_file_end(
         return slow_read(self, path)
 
     monkeypatch.setattr(stream_lib._Reader, "read", read)
-    probe, _ = next(iter(spec.dataset(str(data / "b-000.tfrecord"),
-                                      "tfrecord", 40)))
-    model = _model(spec)
-    model(probe, training=False)
     export = str(tmp_path / "export" / "1")
-    tn.serving.export_for_serving(model, export, updatable=True)
+    model, _ = _updatable_export(spec, data / "b-000.tfrecord", export)
     stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=1.0)
     ckpt = tn.callbacks.StreamCheckpoint(tmp_path / "ckpt", stream, verbose=0)
     publisher = tn.callbacks.PublishDeltas(export, every_seconds=3600,
@@ -532,6 +528,16 @@ def test_cli_bad_file_fail_exits_4_naming_the_record(tmp_path):
     assert deltas, res.stdout[-3000:]
 
 
+def _updatable_export(spec, first, export):
+    """The stream's model, built on a batch of the landed file `first` and
+    exported updatable to `export`; returns (model, that batch)."""
+    probe, _ = next(iter(spec.dataset(str(first), "tfrecord", 50)))
+    model = _model(spec)
+    model(probe, training=False)
+    tn.serving.export_for_serving(model, export, updatable=True)
+    return model, probe
+
+
 def _padded(features):
     out = {}
     for k, v in features.items():
@@ -545,11 +551,8 @@ def test_publishing_while_streaming_serves_each_file_once_trained(tmp_path, spec
     from tnet.serving import follow  # noqa: PLC0415
     data = tmp_path / "in"
     first = _land(data, "p-000.tfrecord", bd.rows(50, seed=0))
-    probe, _ = next(iter(spec.dataset(str(first), "tfrecord", 50)))
-    model = _model(spec)
-    model(probe, training=False)
     export = str(tmp_path / "export" / "1")
-    tn.serving.export_for_serving(model, export, updatable=True)
+    model, probe = _updatable_export(spec, first, export)
     stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=1.5)
     n_files = 4
 
@@ -663,11 +666,8 @@ def test_follower_killed_and_server_restarted_while_streaming(tmp_path, spec):
     from tnet.serving import follow  # noqa: PLC0415
     data = tmp_path / "in"
     first = _land(data, "r-000.tfrecord", bd.rows(50, seed=0))
-    probe, _ = next(iter(spec.dataset(str(first), "tfrecord", 50)))
-    model = _model(spec)
-    model(probe, training=False)
     export = str(tmp_path / "export" / "1")
-    tn.serving.export_for_serving(model, export, updatable=True)
+    model, probe = _updatable_export(spec, first, export)
     stream = FileStream(str(data), poll_seconds=0.05)  # stopped below
     said = []
     server = {"loaded": tf.saved_model.load(export), "starts": 1}
