@@ -77,8 +77,9 @@ demo: build
 
 # make test: the suite in TEST_JOBS processes (pytest-xdist, a test file
 # to one worker, so a module's trained model or export is built once),
-# then the tests marked serial alone. (--dist loadgroup does not group
-# under pytest 9.2 with xdist 3.8.0: xdist sets item._nodeid, which
+# then the tests marked serial alone (collected from the files that have
+# them: collecting the whole suite again cost ~5 s). (--dist loadgroup
+# does not group under pytest 9.2 with xdist 3.8.0: xdist sets item._nodeid, which
 # pytest 9 no longer reads; the xdist_group marks of tests/conftest.py
 # take effect only with an xdist that groups again.) It ends with the
 # slowest 15 tests and its wall time (from the start of make, so a clean
@@ -91,8 +92,9 @@ test: build
 	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder \
 	    -m "not serial" \
 	    --durations=15 $(PYTEST_ARGS) tests || rc=$$?; \
-	$(PY) -m pytest -m serial $(PYTEST_ARGS) tests || { s=$$?; \
-	    [ $$s -eq 5 ] || rc=$$s; }; \
+	files=$$(grep -l "pytest.mark.serial" tests/test_*.py); \
+	[ -z "$$files" ] || $(PY) -m pytest -m serial $(PYTEST_ARGS) $$files || { \
+	    s=$$?; [ $$s -eq 5 ] || rc=$$s; }; \
 	t=$$(( $$(date +%s) - $(MAKE_START) )); \
 	echo "make test: $$(( t / 60 )) min $$(( t % 60 )) s wall from the start of make (budget $(TEST_BUDGET_S) s from a clean clone)"; \
 	exit $$rc

@@ -77,7 +77,8 @@ def test_rows_live_on_the_shard_that_owns_their_key():
 
 def test_worker_killed_mid_fit_and_fit_completes(tmp_path):
     data_file("criteo/dev_head10k.tsv")
-    cluster = start_cluster(2, 2, TRAIN + [f"--flagfile={CRITEO_CFG}", "--epochs=6",
+    # One ps: the worker's loss is what is tested (a ps kill is below).
+    cluster = start_cluster(1, 2, TRAIN + [f"--flagfile={CRITEO_CFG}", "--epochs=4",
                                      f"--model_dir={tmp_path}"])
     assert cluster.read_until(r"\[chief\] Epoch 2/", 300), cluster.output[-3000:]
     os.kill(cluster.pids["worker:1"], signal.SIGKILL)
@@ -87,7 +88,7 @@ def test_worker_killed_mid_fit_and_fit_completes(tmp_path):
     assert "[launch] worker:1 exited with -9" in cluster.output
     assert code == 1, cluster.output[-3000:]
     summary = _summary(tmp_path)
-    assert summary["train"]["steps"] == 6 * 32  # 8000 rows / 256 per epoch
+    assert summary["train"]["steps"] == 4 * 32  # 8000 rows / 256 per epoch
     assert summary["eval"]["examples"] == 1999
 
 
