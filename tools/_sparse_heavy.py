@@ -45,16 +45,21 @@ def deep_width() -> int:
     return (len(cats) + len(multi)) * EMBEDDING_DIM + len(ints)
 
 
-def build_tnet(lr: float, hidden=HIDDEN, dim: int = EMBEDDING_DIM):
-    """tn.models.WideDeep (uncompiled: compile in the strategy's scope)."""
+def build_tnet(lr: float, hidden=HIDDEN, dim: int = EMBEDDING_DIM,
+               initializer=None, wide_optimizer=None, optimizer=None):
+    """tn.models.WideDeep, compiled with tn.optimizer.Adagrad(lr) (or
+    `optimizer`); `initializer` (the deep rows') and `wide_optimizer`
+    (the wide part's rule) default to tnet's defaults."""
     import tnet as tn  # noqa: PLC0415
     from tnet import feature_column as fc  # noqa: PLC0415
     cats, multi, ints = columns()
     cols = [fc.embedding_column(fc.category_column(n), dim, combiner="mean",
-                                table="embedding") for n in cats + multi]
+                                table="embedding", initializer=initializer)
+            for n in cats + multi]
     model = tn.models.WideDeep(cols, ints, embedding_dim=dim,
-                               hidden_units=tuple(hidden), train_metrics=False)
-    model.compile(tn.optimizer.Adagrad(lr))
+                               hidden_units=tuple(hidden), train_metrics=False,
+                               wide_optimizer=wide_optimizer)
+    model.compile(optimizer or tn.optimizer.Adagrad(lr))
     return model
 
 

@@ -113,6 +113,13 @@ def parse_args(argv=None):
     p.add_argument("--tnet_accumulator", type=float, default=None)
     p.add_argument("--tnet_row_accumulator", type=float, default=None)
     p.add_argument("--tnet_wide_accumulator", type=float, default=None)
+    # Probes of TFRA's settings in tnet (tools/bench_tfra.py --help):
+    p.add_argument("--tnet_row_epsilon", type=float, default=None)
+    p.add_argument("--tnet_wide_rule", choices=("ftrl", "adagrad"),
+                   default=None)
+    p.add_argument("--tnet_wide_lr", type=float, default=None)
+    p.add_argument("--tnet_wide_epsilon", type=float, default=None)
+    p.add_argument("--tnet_init_stddev", type=float, default=None)
     return p.parse_args(argv)
 
 
@@ -319,26 +326,24 @@ def build_dnn(tf_keras):
 
 def build(args, tf, tf_keras, mod, devices=None):
     """(model, logits_fn) compiled with Adagrad(args.lr)."""
-    if args.impl == "tnet" and MULTI:
-        from tools import _sparse_heavy as sh
-        if (args.tnet_accumulator, args.tnet_row_accumulator,
-                args.tnet_wide_accumulator) != (None, None, None):
-            raise SystemExit("--tnet_*accumulator: WD-400 only")
-        model = sh.build_tnet(args.lr, hidden=HIDDEN, dim=DIM)
-        return model, lambda f: model.logits(f, training=False)
     if args.impl == "tnet":
-        wide = (None if args.tnet_wide_accumulator is None else
-                mod.optimizer.sparse.Ftrl(
-                    learning_rate=0.2,
-                    initial_accumulator_value=args.tnet_wide_accumulator))
-        model = mod.models.WideDeep(CAT, INT, embedding_dim=DIM,
-                                    hidden_units=HIDDEN, train_metrics=False,
-                                    wide_optimizer=wide)
-        kw = ({} if args.tnet_accumulator is None else
-              {"initial_accumulator_value": args.tnet_accumulator})
-        if args.tnet_row_accumulator is not None:
-            kw["row_initial_accumulator_value"] = args.tnet_row_accumulator
-        model.compile(mod.optimizer.Adagrad(args.lr, **kw))
+        wide, initializer, opt = tnet_settings(args, mod)
+        if MULTI:
+            from tools import _sparse_heavy as sh
+            model = sh.build_tnet(args.lr, hidden=HIDDEN, dim=DIM,
+                                  initializer=initializer,
+                                  wide_optimizer=wide, optimizer=opt)
+        else:
+            cats = CAT if initializer is None else [
+                mod.feature_column.embedding_column(
+                    mod.feature_column.category_column(c), DIM,
+                    table="embedding", initializer=initializer)
+                for c in CAT]
+            model = mod.models.WideDeep(cats, INT, embedding_dim=DIM,
+                                        hidden_units=HIDDEN,
+                                        train_metrics=False,
+                                        wide_optimizer=wide)
+            model.compile(opt)
         return model, lambda f: model.logits(f, training=False)
     opt_cls = (tf_keras.optimizers.legacy.Adagrad if args.optimizer == "legacy"
                else tf_keras.optimizers.Adagrad)
@@ -352,6 +357,38 @@ def build(args, tf, tf_keras, mod, devices=None):
                            bool(args.with_unique))
         model.compile(mod.DynamicEmbeddingOptimizer(opt_cls(args.lr)), loss)
     return model, lambda f: model(f, training=False)
+
+
+def tnet_settings(args, tn):
+    """(wide part's rule or None, deep rows' initializer or None, compiled
+    optimizer) for tnet: tnet's defaults unless a --tnet_* flag says
+    otherwise (each flag is one of TFRA's settings to try in tnet)."""
+    wide = None
+    if (args.tnet_wide_rule, args.tnet_wide_lr, args.tnet_wide_accumulator,
+            args.tnet_wide_epsilon) != (None, None, None, None):
+        rule = args.tnet_wide_rule or "ftrl"
+        kw = {}
+        if args.tnet_wide_accumulator is not None:
+            kw["initial_accumulator_value"] = args.tnet_wide_accumulator
+        elif rule == "ftrl":
+            kw["initial_accumulator_value"] = (
+                tn.optimizer.sparse.WIDE_FTRL_INITIAL_ACCUMULATOR_VALUE)
+        if args.tnet_wide_epsilon is not None:
+            kw["epsilon"] = args.tnet_wide_epsilon
+        lr = args.tnet_wide_lr or (0.2 if rule == "ftrl" else args.lr)
+        cls = (tn.optimizer.sparse.Ftrl if rule == "ftrl"
+               else tn.optimizer.sparse.Adagrad)
+        wide = cls(learning_rate=lr, **kw)
+    initializer = (None if args.tnet_init_stddev is None else
+                   {"name": "normal", "stddev": args.tnet_init_stddev})
+    kw = ({} if args.tnet_accumulator is None else
+          {"initial_accumulator_value": args.tnet_accumulator})
+    if args.tnet_row_accumulator is not None:
+        kw["row_initial_accumulator_value"] = args.tnet_row_accumulator
+    opt = tn.optimizer.Adagrad(args.lr, **kw)
+    if args.tnet_row_epsilon is not None:  # the rows' alone (Keras' shared)
+        opt.sparse_rule.epsilon = float(args.tnet_row_epsilon)
+    return wide, initializer, opt
 
 
 def table_rows(args, model):

@@ -125,7 +125,13 @@ def build_report(args, info, venv, data_facts, runs, quality, pss):
            + ("" if args.tnet_accumulator is None else
               f", initial_accumulator_value={args.tnet_accumulator:g}")
            + ") (dense and "
-           "deep rows; wide rows tnet's default in-table FTRL); TFRA "
+           "deep rows; wide rows tnet's default in-table FTRL)"
+           + "".join(f", {k}={getattr(args, k)}" for k in (
+               "tnet_row_accumulator", "tnet_wide_accumulator",
+               "tnet_row_epsilon", "tnet_wide_rule", "tnet_wide_lr",
+               "tnet_wide_epsilon", "tnet_init_stddev")
+               if getattr(args, k, None) is not None)
+           + "; TFRA "
            f"de.DynamicEmbeddingOptimizer(tf_keras Adagrad({args.lr:g})) for "
            "the dense layers and the rows; stock tf_keras "
            f"Adagrad({args.lr:g}).")

@@ -94,6 +94,10 @@ TFRA_REQUIREMENTS = ("tensorflow==2.16.2", "tf-keras==2.16.0",
                      "setuptools<81")
 TFRA_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
 STAMP_NAME = ".tnet-bench-tfra"
+# tnet's settings a run may change (forwarded to tools/_tfra_child.py).
+TNET_PROBES = ("tnet_accumulator", "tnet_row_accumulator",
+               "tnet_wide_accumulator", "tnet_row_epsilon", "tnet_wide_rule",
+               "tnet_wide_lr", "tnet_wide_epsilon", "tnet_init_stddev")
 # case -> (tools/_tfra_child.py --impl, which venv runs it)
 CASES = {"tnet": ("tnet", "tnet"), "tfra": ("tfra", "tfra"),
          "stock": ("stock", "tfra"), "dnn_tnet_venv": ("dnn", "tnet"),
@@ -125,6 +129,21 @@ def parse_args(argv=None):
     p.add_argument("--tnet_wide_accumulator", type=float, default=None,
                    help="tnet's wide part (in-table FTRL, lr 0.2) "
                         "initial_accumulator_value (default 0.1)")
+    p.add_argument("--tnet_row_epsilon", type=float, default=None,
+                   help="epsilon of tnet's deep rows' Adagrad alone (tnet "
+                        "and Keras: 1e-7; tnet's rows add it outside the "
+                        "square root, Keras' and TFRA's inside)")
+    p.add_argument("--tnet_wide_rule", choices=("ftrl", "adagrad"),
+                   default=None,
+                   help="tnet's wide part's in-table rule (default: FTRL, "
+                        "lr 0.2; TFRA's wide rows: Adagrad, --lr)")
+    p.add_argument("--tnet_wide_lr", type=float, default=None,
+                   help="its learning rate (default: 0.2 FTRL, --lr Adagrad)")
+    p.add_argument("--tnet_wide_epsilon", type=float, default=None,
+                   help="its epsilon (Adagrad)")
+    p.add_argument("--tnet_init_stddev", type=float, default=None,
+                   help="tnet's deep rows start normal with this stddev "
+                        "(tnet's default 0.01; TFRA's side here 0.05)")
     p.add_argument("--tfra_tables", choices=("shared", "per_column"),
                    default="shared")
     p.add_argument("--tfra_optimizer", choices=("keras", "legacy"),
@@ -353,12 +372,8 @@ def run_child(args, ctx, case: str, mode: str, tag: str) -> dict:
            str(args.warmup_steps), "--steps", str(args.steps),
            "--epochs", str(args.epochs), "--lr", str(args.lr),
            "--tables", args.tfra_tables, "--optimizer", args.tfra_optimizer,
-           *([] if args.tnet_accumulator is None else
-             ["--tnet_accumulator", str(args.tnet_accumulator)]),
-           *([] if args.tnet_row_accumulator is None else
-             ["--tnet_row_accumulator", str(args.tnet_row_accumulator)]),
-           *([] if args.tnet_wide_accumulator is None else
-             ["--tnet_wide_accumulator", str(args.tnet_wide_accumulator)])]
+           *[x for flag in TNET_PROBES if getattr(args, flag) is not None
+             for x in (f"--{flag}", str(getattr(args, flag)))]]
     log_path = os.path.join(ctx["tmp"], f"{tag}.log")
     t0 = time.perf_counter()
     proc = _start(cmd, child_env(venv), log_path)

@@ -293,8 +293,34 @@ def parse_setting(setting: str):
         acc, _, value = acc.partition(">")
         row["accumulator_floor"] = float(value)
     ftrl = ftrl or acc
+    if ":" in ftrl:  # a wide rule spelled out: kept as the string
+        return "tnet", None if acc == "-" else float(acc), ftrl, row
     return ("tnet", None if acc == "-" else float(acc),
             None if ftrl == "-" else float(ftrl), row)
+
+
+def wide_rule(spec):
+    """The wide part's in-table rule of a setting's "/F" (None: the
+    library's default): a number is FTRL's start at lr 0.2 (WideDeep's
+    rule); "ftrl:LR:START" or "adagrad:LR:START[:EPSILON]" names the rule,
+    its learning rate and accumulator start (Adagrad's epsilon is added
+    outside the square root; TFRA's Keras Adagrad adds 1e-7 inside it,
+    which is "adagrad:LR:1e-7:0" from a start of 0)."""
+    import tnet as tn
+    if spec is None:
+        return None
+    if not isinstance(spec, str):
+        return tn.optimizer.sparse.Ftrl(0.2, initial_accumulator_value=spec)
+    rule, lr, start, *eps = spec.split(":")
+    kw = {"initial_accumulator_value": float(start)}
+    if rule == "adagrad":
+        if eps:
+            kw["epsilon"] = float(eps[0])
+        return tn.optimizer.sparse.Adagrad(float(lr), **kw)
+    if rule == "ftrl":
+        return tn.optimizer.sparse.Ftrl(float(lr), **kw)
+    raise SystemExit(f"wide rule {spec!r}: ftrl:LR:START or "
+                     "adagrad:LR:START[:EPSILON]")
 
 
 def _early_stopping():
@@ -354,8 +380,7 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
                                         sh.EMBEDDING_DIM, combiner="mean",
                                         table="embedding")
                     for n in cats + multi]
-            wide_opt = (None if ftrl is None else tn.optimizer.sparse.Ftrl(
-                0.2, initial_accumulator_value=ftrl))
+            wide_opt = wide_rule(ftrl)
             model = tn.models.WideDeep(cols, ints,
                                        embedding_dim=sh.EMBEDDING_DIM,
                                        hidden_units=sh.HIDDEN,
@@ -388,9 +413,7 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
                 model = (user_models.criteo_stock_wide_deep() if is_criteo
                          else user_models.avazu_stock_wide_deep())
             else:
-                wide_opt = (None if ftrl is None else
-                            tn.optimizer.sparse.Ftrl(
-                                0.2, initial_accumulator_value=ftrl))
+                wide_opt = wide_rule(ftrl)
                 model = tn.models.WideDeep(
                     tn_data.CRITEO_CAT_COLUMNS if is_criteo
                     else tn_data.AVAZU_CAT_COLUMNS,
