@@ -543,7 +543,10 @@ def write_sweep(crit: str, what: str, jsonl: str, out: str,
         "- settings: `stock` = tf_keras with Keras' defaults; `default` = "
         "tnet's defaults at this commit (see README's defaults table); `A` = tnet with the Adagrad rows "
         "(and WideDeep's wide FTRL rows) starting at A; `A/F` = Adagrad "
-        "rows from A, wide FTRL rows from F", "", table])
+        "rows from A, wide FTRL rows from F (lr 0.2); `A/RULE:LR:START` = "
+        "the wide rows under RULE (ftrl or adagrad) at LR from START "
+        "(`adagrad:LR:START:EPS`: Adagrad's epsilon; `-`: the default)",
+        "", table])
     bc.write_results(out, info, [], markdown,
                      {"command": command, "criterion": crit,
                       "summary": summary,
