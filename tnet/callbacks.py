@@ -327,8 +327,10 @@ class StreamCheckpoint(Checkpoint):
     bad_files="fail"). A file interrupted by a kill is not in any ledger:
     the rerun trains it from its start against the tables saved before it.
 
-    One process, `steps_per_execution=1` (a step must end on each file
-    boundary). Other arguments as `Checkpoint`'s.
+    `steps_per_execution=1` (a step must end on each file boundary).
+    Under ParameterServerStrategy train with `tn.data.fit_stream` (the
+    chief reads the stream and joins the workers at each file end, where
+    this callback saves). Other arguments as `Checkpoint`'s.
 
     Args:
       directory: where checkpoints go.
@@ -384,10 +386,12 @@ class StreamCheckpoint(Checkpoint):
 
     def set_model(self, model):
         super().set_model(model)
-        if _under_pss(model):
-            raise ValueError("tn.callbacks.StreamCheckpoint runs in one "
-                             "process: a stream_dataset is read by a Python "
-                             "thread of the chief")
+        if _under_pss(model) and not getattr(model, "_tnet_fit_stream", False):
+            raise ValueError("tn.callbacks.StreamCheckpoint under "
+                             "ParameterServerStrategy: train with "
+                             "tn.data.fit_stream(model, data, callbacks=...), "
+                             "not fit (a stream_dataset is read by the chief, "
+                             "which hands each batch to a worker)")
 
     def on_train_begin(self, logs=None):
         import time  # noqa: PLC0415
@@ -438,7 +442,14 @@ class StreamCheckpoint(Checkpoint):
         self._last_time = time.monotonic()
 
     def on_train_batch_end(self, batch, logs=None):
-        self._trained += 1  # steps_per_execution=1: one call per step
+        # steps_per_execution=1: one call per step
+        self.on_stream_trained(self._trained + 1)
+
+    def on_stream_trained(self, steps: int) -> None:
+        """`steps` batches trained since train begin, each one finished
+        (`tn.data.fit_stream` calls it at each file boundary under a
+        cluster; `on_train_batch_end` after each step in one process)."""
+        self._trained = int(steps)
         if self._consume() and self._due():
             self._save_stream()
 
@@ -768,7 +779,13 @@ class PublishDeltas(tf_keras.callbacks.Callback):
                     >= self.every_seconds)
 
     def on_train_batch_end(self, batch, logs=None):
-        self._batches += 1
+        self.on_stream_trained(self._batches + 1)
+
+    def on_stream_trained(self, steps: int) -> None:
+        """`steps` batches trained since train begin, each one finished
+        (`tn.data.fit_stream` calls it at each file boundary under a
+        cluster): publishes when due or caught up with the stream."""
+        self._batches = int(steps)
         if self._due() or self._caught_up():
             self._publish()
 

@@ -71,8 +71,8 @@ def run(cfg: JobConfig, running: Running) -> dict:
     check_config(cfg)
     if cfg.stream:
         from tnet.cli import stream  # noqa: PLC0415
-        stream.check_config(cfg, distributed)
-        return stream.run_stream(cfg, strategy, running)
+        stream.check_config(cfg)
+        return stream.run_stream(cfg, strategy, running, distributed)
     if cfg.feature_spec and cfg.days:
         from tnet.cli import daily  # noqa: PLC0415
         return daily.run_days(cfg, strategy, distributed)

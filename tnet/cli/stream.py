@@ -33,15 +33,12 @@ from tnet.files import write_json_atomic
 _LOG = tn.log.get("train")
 
 
-def check_config(cfg: JobConfig, distributed: bool) -> None:
+def check_config(cfg: JobConfig) -> None:
     if not cfg.feature_spec:
         raise app.UsageError("--stream needs --feature_spec (and --format)")
     if cfg.days:
         raise app.UsageError("--stream and --days are two ways to read: "
                              "pick one")
-    if distributed:
-        raise app.UsageError("--stream runs in one process (its reader is a "
-                             "thread of the trainer): unset TF_CONFIG")
     if cfg.stream_poll_secs <= 0:
         raise app.UsageError("--stream_poll_secs must be > 0")
     if min(cfg.stream_idle_secs, cfg.checkpoint_every_n_files,
@@ -52,9 +49,12 @@ def check_config(cfg: JobConfig, distributed: bool) -> None:
         raise app.UsageError("--stream_max_file_age_secs must be > 0")
 
 
-def run_stream(cfg: JobConfig, strategy, running) -> dict:
+def run_stream(cfg: JobConfig, strategy, running,
+               distributed: bool = False) -> dict:
     """`running` (a tnet.cli.train.Running) gets the model and the
-    checkpoint callback once they exist."""
+    checkpoint callback once they exist. `distributed`: this process is
+    the chief of a cluster (it reads the stream and schedules each batch
+    on a worker: tn.data.fit_stream)."""
     from tnet.data import spec as spec_lib  # noqa: PLC0415
     spec = full_spec = spec_lib.load(cfg.feature_spec)
     event_time = cfg.event_time_feature or None
@@ -82,6 +82,7 @@ def run_stream(cfg: JobConfig, strategy, running) -> dict:
         event_time_feature=event_time)
     checkpoints, callbacks = cli_model.checkpoint_callbacks(cfg, stream)
     running.model, running.checkpoints = model, checkpoints
+    running.distributed = distributed
     if checkpoints is None:
         _LOG.warning("tnet.train: --stream without --checkpoint_dir: nothing is "
                      "saved, a restart trains every file again")
@@ -107,8 +108,8 @@ def run_stream(cfg: JobConfig, strategy, running) -> dict:
     start = time.perf_counter()
     try:
         try:
-            model.fit(data, epochs=1, callbacks=callbacks,
-                      verbose=2 if os.environ.get("CI") else 0)
+            tn.data.fit_stream(model, data, callbacks=callbacks,
+                               verbose=2 if os.environ.get("CI") else 0)
         except ValueError as e:
             # Keras refuses an epoch of no step (only damaged files, or
             # none, landed in this run): still record and checkpoint them.
@@ -125,6 +126,9 @@ def run_stream(cfg: JobConfig, strategy, running) -> dict:
         raise RuntimeError(stream.error)
     summary = {
         "model": cfg.model, "data": "feature_spec", "stream": cfg.stream,
+        "cluster": ({"ps": tn.distribute.num_ps(strategy),
+                     "workers": strategy.extended._num_workers}  # noqa: SLF001
+                    if distributed else None),
         "flags": cfg.as_dict(),
         "train": {"steps": int(model.optimizer.iterations.numpy()),
                   "seconds": round(seconds, 3)},

@@ -14,7 +14,7 @@ from tnet.data.metrics import auc, calibration, group_auc
 from tnet.data.readers import (BadDataError, FileScan, count_records, find_bad_records, parquet_to_tfrecord,
                                scan_files,
                                spec_dataset)
-from tnet.data.stream import FileStream, stream_dataset
+from tnet.data.stream import FileStream, fit_stream, stream_dataset
 from tnet.data.movielens import MovieLens, load_movielens, movielens_dataset, popularity_recall
 from tnet.data.synthetic import (CRITEO_KAGGLE_CARDINALITIES, SyntheticCriteo,
                                  synthetic_cardinalities)
@@ -23,6 +23,6 @@ __all__ = [
     "AVAZU_CAT_COLUMNS", "CRITEO_CAT_COLUMNS", "CRITEO_INT_COLUMNS",
     "CRITEO_KAGGLE_CARDINALITIES", "CRITEO_MISSING_ID", "MovieLens", "ReadStats", "SyntheticCriteo",
     "auc", "avazu_dataset", "calibration", "count_records", "find_bad_records", "group_auc",
-    "parquet_to_tfrecord", "scan_files", "FileStream", "stream_dataset", "FileScan", "BadDataError", "spec", "spec_dataset", "criteo_csv_dataset", "criteo_dataset", "load_movielens",
+    "parquet_to_tfrecord", "scan_files", "FileStream", "fit_stream", "stream_dataset", "FileScan", "BadDataError", "spec", "spec_dataset", "criteo_csv_dataset", "criteo_dataset", "load_movielens",
     "movielens_dataset", "popularity_recall", "synthetic_cardinalities",
 ]
