@@ -92,13 +92,6 @@ def _reference(work: pathlib.Path, files: list[str]):
     return _final_state(work / "reference")
 
 
-def _kill_chief(cluster, rng: random.Random) -> None:
-    """SIGKILL of the chief at a random point once it trains."""
-    import time  # noqa: PLC0415
-    time.sleep(rng.uniform(0.0, 1.0))
-    os.kill(cluster.pids["chief"], signal.SIGKILL)
-
-
 def _check(work: pathlib.Path, landing: _Landing, output: str,
            bit_identical: bool) -> None:
     manifest, tables, dense, ledger = _final_state(work / "ckpt")
@@ -148,46 +141,114 @@ def _trained_line(landing: _Landing, i: int) -> str:
         str(landing.dir / landing.name(i)))
 
 
+def _run(work: pathlib.Path, workers: int, landing: _Landing, ends: str,
+         rng: random.Random, during=(), extra=()) -> str:
+    """One cluster (1 ps) streaming work/in: once it has trained the
+    newest file landed so far, lands `during` (False: a good file, True: a
+    damaged one), then ends it: "sigterm" once the newest file is trained
+    (exit 0), "chief" or "ps" a SIGKILL of that task at a random point
+    (a lost ps ends the chief with 138, naming it). Returns the output."""
+    import time  # noqa: PLC0415
+    cluster = start_cluster(1, workers, _cli(work, *extra), timeout=400)
+    try:
+        assert cluster.read_until(
+            _trained_line(landing, len(landing.sizes) - 1), 300), \
+            cluster.output[-3000:]
+        for damaged in during:
+            landing.land(damaged=damaged)
+        if ends == "sigterm":
+            if during:
+                assert cluster.read_until(
+                    _trained_line(landing, len(landing.sizes) - 1), 300), \
+                    cluster.output[-3000:]
+            os.kill(cluster.pids["chief"], signal.SIGTERM)
+            assert cluster.wait(300) == 0, cluster.output[-3000:]
+            assert "stream stopped (SIGTERM)" in cluster.output
+        else:
+            time.sleep(rng.uniform(0.0, 1.0))
+            os.kill(cluster.pids["chief" if ends == "chief" else "ps:0"],
+                    signal.SIGKILL)
+            assert cluster.wait(300) != 0
+            if ends == "chief":
+                assert "[launch] chief exited with -9" in cluster.output, \
+                    cluster.output[-3000:]
+            else:
+                assert "[launch] chief exited with 138" in cluster.output, \
+                    cluster.output[-3000:]
+                assert cluster.read_until(r"lost parameter server task.*ps:0",
+                                          1), cluster.output[-3000:]
+        assert_all_stopped(cluster)
+    finally:
+        if cluster.proc.poll() is None:
+            cluster.kill_all()
+    return cluster.output
+
+
+def test_files_landing_while_a_cluster_streams_are_each_trained_once(tmp_path):
+    """1 ps x 1 worker: files land before and while the chief streams, a
+    damaged one among them (named file:record, recorded as bad, skipped);
+    a SIGTERM after the newest ends it at a file boundary. The tables and
+    dense state are bit-identical to one uninterrupted fit over the good
+    files. (A chief killed with SIGKILL and restarted:
+    test_chief_killed_mid_stream_then_restarted_trains_each_file_once,
+    make test-long.)"""
+    bd.write_spec(tmp_path / "spec.json")
+    landing = _Landing(tmp_path, fuzz_seed())
+    landing.land()
+    output = _run(tmp_path, 1, landing, "sigterm", random.Random(0),
+                  during=(False, True, False))
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["cluster"] == {"ps": 1, "workers": 1}
+    assert summary["streamed"]["files"] == len(landing.good())
+    _check(tmp_path, landing, output, bit_identical=True)
+
+
+@pytest.mark.long
 def test_chief_killed_mid_stream_then_restarted_trains_each_file_once(tmp_path):
-    """1 ps x 1 worker: files land before and while the chief streams (a
-    damaged one among them), the chief is killed with SIGKILL at a random
-    point, the launcher restarts the cluster, the new chief resumes from
-    the newest checkpoint and trains on until a SIGTERM after the newest
-    file. Tables and dense state bit-identical to one uninterrupted fit.
-    (Three kills, a lost ps and two workers, with publishing:
-    test_two_workers_chief_and_ps_killed_publishing, make test-long.)"""
+    """1 ps x 1 worker: the chief is killed with SIGKILL at a random point
+    while files land (a damaged one among them), the cluster is started
+    again (as `tnet.launch --restarts` does) after another file landed
+    while it was down, and the new chief resumes from the newest
+    checkpoint until a SIGTERM after the newest file. Tables and dense
+    state bit-identical to one uninterrupted fit."""
     bd.write_spec(tmp_path / "spec.json")
     rng = random.Random(fuzz_seed())
     landing = _Landing(tmp_path, fuzz_seed())
-    for _ in range(2):
-        landing.land()
-    cluster = start_cluster(1, 1, _cli(tmp_path), timeout=400)
-    cluster_restarts = None
-    try:
-        assert cluster.read_until(_trained_line(landing, 0), 300), \
-            cluster.output[-3000:]
-        landing.land()
-        landing.land(damaged=True)
-        landing.land()
-        _kill_chief(cluster, rng)
-        assert cluster.wait(120) != 0
-        assert "[launch] chief exited with -9" in cluster.output, \
-            cluster.output[-3000:]
-        assert_all_stopped(cluster)
-        landing.land()  # while the cluster is down
-        cluster_restarts = start_cluster(1, 1, _cli(tmp_path), timeout=400)
-        assert cluster_restarts.read_until(
-            _trained_line(landing, len(landing.sizes) - 1), 300), \
-            cluster_restarts.output[-3000:]
-        os.kill(cluster_restarts.pids["chief"], signal.SIGTERM)
-        assert cluster_restarts.wait(300) == 0, cluster_restarts.output[-3000:]
-        assert_all_stopped(cluster_restarts)
-    finally:
-        for c in (cluster, cluster_restarts):
-            if c is not None and c.proc.poll() is None:
-                c.kill_all()
-    output = cluster.output + cluster_restarts.output
-    assert "stream stopped (SIGTERM)" in cluster_restarts.output
+    landing.land()
+    outputs = [_run(tmp_path, 1, landing, "chief", rng,
+                    during=(False, True, False))]
+    landing.land()  # while the cluster is down
+    outputs.append(_run(tmp_path, 1, landing, "sigterm", rng))
+    _check(tmp_path, landing, "".join(outputs), bit_identical=True)
+
+
+@pytest.mark.long
+def test_two_workers_chief_and_ps_killed_publishing(tmp_path):
+    """1 ps x 2 workers, publishing deltas and serving metrics: the chief
+    killed with SIGKILL at a random point, then the ps (the chief ends
+    with 138 naming it), then a last run until a SIGTERM; files land
+    during each run and while the cluster is down. Every file in the
+    ledger once; the step count and each key's show and click counts as
+    one uninterrupted fit's (two workers apply steps in an order of their
+    own, so the weights are not compared)."""
+    bd.write_spec(tmp_path / "spec.json")
+    rng = random.Random(fuzz_seed() + 1)
+    landing = _Landing(tmp_path, fuzz_seed() + 1)
+    landing.land()
+    publish = (f"--export_dir={tmp_path / 'export'}",
+               "--publish_every_seconds=2", "--metrics_port=0")
+    outputs = []
+    for ends, during in (("chief", (False, True)), ("ps", (False, False)),
+                         ("sigterm", (False,))):
+        outputs.append(_run(tmp_path, 2, landing, ends, rng, during=during,
+                            extra=publish))
+        if ends != "sigterm":
+            landing.land()  # while the cluster is down
+    for output in outputs:
+        assert "tnet.train: publishing deltas to" in output
+        assert "tnet.train: metrics on http://" in output
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["cluster"] == {"ps": 1, "workers": 1}
-    _check(tmp_path, landing, output, bit_identical=True)
+    assert summary["cluster"] == {"ps": 1, "workers": 2}
+    assert summary["published"] and all(os.path.isdir(p)
+                                        for p in summary["published"])
+    _check(tmp_path, landing, "".join(outputs), bit_identical=False)

@@ -178,15 +178,18 @@ def _publish_base(cfg: JobConfig, model, spec, stream):
         return None
     from tnet.serving import deltas as fresh  # noqa: PLC0415
     job = SpecJobData(cfg, False, spec, landed[:1], landed[:1], count=False)
+    if not model.built:
+        # The publisher reads the model's tables. Built in the strategy's
+        # scope: under a cluster its variables go to the ps.
+        features = dict(next(iter(job.eval()))[0])
+        features.pop(spec.group_key or "", None)
+        with model.distribute_strategy.scope():
+            model(features, training=False)
     latest = (tn.saving.latest_checkpoint(cfg.checkpoint_dir)
               if cfg.checkpoint_dir else None)
     start = tn.saving.read_manifest(latest)["train_step"] if latest else 0
     base = updatable_export_of(cfg.export_dir)
     if base is not None and fresh.read_info(base)["through_step"] <= start - 1:
-        if not model.built:  # the publisher reads the model's tables
-            features = dict(next(iter(job.eval()))[0])
-            features.pop(spec.group_key or "", None)
-            model(features, training=False)
         return base
     if base is not None:
         # A base newer than the checkpoint (a compaction after it, then a

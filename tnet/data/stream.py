@@ -878,30 +878,37 @@ class _ClusterStreamLoop:
             self.strategy)
         model = self.model
         model._tnet_fit_stream = True  # noqa: SLF001  (StreamCheckpoint asks)
-        try:
-            for callback in self.callbacks:
-                callback.set_model(model)
-            for callback in self.callbacks:
-                callback.on_train_begin()
-            self.it0 = int(model.optimizer.iterations.numpy())
-            feed = _Feed(self.stream, self.reader, self.queue_batches)
-            self.stream._feed = feed  # noqa: SLF001
-            scheduled = reported = 0
-            with self.strategy.scope():
-                step = self._step_function()
-                for batch in feed.generate():
-                    coordinator.schedule(step, args=tuple(
-                        tf.constant(a) for a in batch))
-                    scheduled += 1
-                    if scheduled == feed.last_end:  # a file's last batch
-                        coordinator.join()
-                        self._trained(scheduled)
-                        reported = scheduled
+        # Everything in the strategy's scope, as fit runs its callbacks:
+        # a restore or a first step that builds variables puts them on
+        # the ps.
+        with self.strategy.scope():
+            try:
+                return self._loop(coordinator)
+            finally:
+                model._tnet_fit_stream = False  # noqa: SLF001
+
+    def _loop(self, coordinator) -> int:
+        model = self.model
+        for callback in self.callbacks:
+            callback.set_model(model)
+        for callback in self.callbacks:
+            callback.on_train_begin()
+        self.it0 = int(model.optimizer.iterations.numpy())
+        feed = _Feed(self.stream, self.reader, self.queue_batches)
+        self.stream._feed = feed  # noqa: SLF001
+        scheduled = reported = 0
+        step = self._step_function()
+        for batch in feed.generate():
+            coordinator.schedule(step, args=tuple(tf.constant(a)
+                                                  for a in batch))
+            scheduled += 1
+            if scheduled == feed.last_end:  # a file's last batch
                 coordinator.join()
-            if scheduled != reported:
                 self._trained(scheduled)
-            for callback in self.callbacks:
-                callback.on_train_end()
-            return scheduled
-        finally:
-            model._tnet_fit_stream = False  # noqa: SLF001
+                reported = scheduled
+        coordinator.join()
+        if scheduled != reported:
+            self._trained(scheduled)
+        for callback in self.callbacks:
+            callback.on_train_end()
+        return scheduled
