@@ -25,7 +25,7 @@ docs: $(DOCS_STAMP)
 docs-serve: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve
 
-.PHONY: docs docs-serve wheel-check demo test flaky test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh bench-online bench-tier bench-pss-bytes
+.PHONY: docs docs-serve wheel-check demo test flaky test-long test-all test-hosts test-hosts-long build wheel bench-ops bench-stages bench-train bench-pss bench-saving bench-retrieval bench-lifecycle bench clean soak bench-scale bench-tfra bench-fresh bench-online bench-online-cluster bench-tier bench-pss-bytes
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -195,6 +195,10 @@ bench-fresh: build
 # for new ids' predictions to move; then throughput publishing vs not.
 bench-online: build
 	$(PY) tools/bench_online.py
+
+# The same with the trainer as the chief of a 2 ps x 2 worker local cluster.
+bench-online-cluster: build
+	$(PY) tools/bench_online.py --cluster
 
 # Tables larger than memory: a disk tier (TIER_ROWS rows, TIER_BUDGET_GB of
 # rows in memory) against the in-memory table at TIER_MEM_ROWS, Zipf ids.

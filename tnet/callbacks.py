@@ -446,9 +446,15 @@ class StreamCheckpoint(Checkpoint):
         self.on_stream_trained(self._trained + 1)
 
     def on_stream_trained(self, steps: int) -> None:
-        """`steps` batches trained since train begin, each one finished
-        (`tn.data.fit_stream` calls it at each file boundary under a
-        cluster; `on_train_batch_end` after each step in one process)."""
+        """Moves the files trained into the ledger and saves when due.
+
+        `tn.data.fit_stream` calls it at each file boundary under a
+        cluster; `on_train_batch_end` calls it after each step in one
+        process.
+
+        Args:
+          steps: batches trained since train begin, each one finished.
+        """
         self._trained = int(steps)
         if self._consume() and self._due():
             self._save_stream()
@@ -782,9 +788,13 @@ class PublishDeltas(tf_keras.callbacks.Callback):
         self.on_stream_trained(self._batches + 1)
 
     def on_stream_trained(self, steps: int) -> None:
-        """`steps` batches trained since train begin, each one finished
-        (`tn.data.fit_stream` calls it at each file boundary under a
-        cluster): publishes when due or caught up with the stream."""
+        """Publishes when due, or when training has caught up with the
+        stream. `tn.data.fit_stream` calls it at each file boundary under
+        a cluster; `on_train_batch_end` calls it after each step.
+
+        Args:
+          steps: batches trained since train begin, each one finished.
+        """
         self._batches = int(steps)
         if self._due() or self._caught_up():
             self._publish()

@@ -836,6 +836,14 @@ def fit_stream(model, data, callbacks=None, verbose: int = 0):
                               list(callbacks or [])).run()
 
 
+class _DropJoinLines:
+    """A logging filter: drops ClusterCoordinator's line at each join."""
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith(
+            "Waiting for all global closures to be finished")
+
+
 class _ClusterStreamLoop:
     """fit_stream under ParameterServerStrategy: the chief schedules one
     train step per batch and joins at file ends."""
@@ -878,6 +886,9 @@ class _ClusterStreamLoop:
             self.strategy)
         model = self.model
         model._tnet_fit_stream = True  # noqa: SLF001  (StreamCheckpoint asks)
+        # The coordinator logs a line at each join: one per file here.
+        quiet = _DropJoinLines()
+        tf.get_logger().addFilter(quiet)
         # Everything in the strategy's scope, as fit runs its callbacks:
         # a restore or a first step that builds variables puts them on
         # the ps.
@@ -886,6 +897,7 @@ class _ClusterStreamLoop:
                 return self._loop(coordinator)
             finally:
                 model._tnet_fit_stream = False  # noqa: SLF001
+                tf.get_logger().removeFilter(quiet)
 
     def _loop(self, coordinator) -> int:
         model = self.model
@@ -898,14 +910,18 @@ class _ClusterStreamLoop:
         self.stream._feed = feed  # noqa: SLF001
         scheduled = reported = 0
         step = self._step_function()
-        for batch in feed.generate():
-            coordinator.schedule(step, args=tuple(tf.constant(a)
-                                                  for a in batch))
-            scheduled += 1
-            if scheduled == feed.last_end:  # a file's last batch
-                coordinator.join()
-                self._trained(scheduled)
-                reported = scheduled
+        batches = feed.generate()
+        try:
+            for batch in batches:
+                coordinator.schedule(step, args=tuple(tf.constant(a)
+                                                      for a in batch))
+                scheduled += 1
+                if scheduled == feed.last_end:  # a file's last batch
+                    coordinator.join()
+                    self._trained(scheduled)
+                    reported = scheduled
+        finally:
+            batches.close()  # on an error too: the reader thread ends
         coordinator.join()
         if scheduled != reported:
             self._trained(scheduled)
