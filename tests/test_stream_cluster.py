@@ -149,17 +149,17 @@ def _run(work: pathlib.Path, workers: int, landing: _Landing, ends: str,
     (exit 0), "chief" or "ps" a SIGKILL of that task at a random point
     (a lost ps ends the chief with 138, naming it). Returns the output."""
     import time  # noqa: PLC0415
-    cluster = start_cluster(1, workers, _cli(work, *extra), timeout=400)
+    cluster = start_cluster(1, workers, _cli(work, *extra), timeout=900)
     try:
         assert cluster.read_until(
-            _trained_line(landing, len(landing.sizes) - 1), 300), \
+            _trained_line(landing, len(landing.sizes) - 1), 600), \
             cluster.output[-3000:]
         for damaged in during:
             landing.land(damaged=damaged)
         if ends == "sigterm":
             if during:
                 assert cluster.read_until(
-                    _trained_line(landing, len(landing.sizes) - 1), 300), \
+                    _trained_line(landing, len(landing.sizes) - 1), 600), \
                     cluster.output[-3000:]
             os.kill(cluster.pids["chief"], signal.SIGTERM)
             assert cluster.wait(300) == 0, cluster.output[-3000:]
