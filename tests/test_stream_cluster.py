@@ -142,18 +142,24 @@ def _trained_line(landing: _Landing, i: int) -> str:
 
 
 def _run(work: pathlib.Path, workers: int, landing: _Landing, ends: str,
-         rng: random.Random, during=(), extra=()) -> str:
+         rng: random.Random, during=(), extra=(),
+         kill_worker: bool = False) -> str:
     """One cluster (1 ps) streaming work/in: once it has trained the
     newest file landed so far, lands `during` (False: a good file, True: a
     damaged one), then ends it: "sigterm" once the newest file is trained
     (exit 0), "chief" or "ps" a SIGKILL of that task at a random point
-    (a lost ps ends the chief with 138, naming it). Returns the output."""
+    (a lost ps ends the chief with 138, naming it). `kill_worker`: worker:1
+    is killed with SIGKILL before `during` lands (no step is running: the
+    chief has joined them all at the newest file's end), so steps
+    scheduled to it run on the other worker. Returns the output."""
     import time  # noqa: PLC0415
     cluster = start_cluster(1, workers, _cli(work, *extra), timeout=900)
     try:
         assert cluster.read_until(
             _trained_line(landing, len(landing.sizes) - 1), 600), \
             cluster.output[-3000:]
+        if kill_worker:
+            os.kill(cluster.pids["worker:1"], signal.SIGKILL)
         for damaged in during:
             landing.land(damaged=damaged)
         if ends == "sigterm":
@@ -162,12 +168,22 @@ def _run(work: pathlib.Path, workers: int, landing: _Landing, ends: str,
                     _trained_line(landing, len(landing.sizes) - 1), 600), \
                     cluster.output[-3000:]
             os.kill(cluster.pids["chief"], signal.SIGTERM)
-            assert cluster.wait(300) == 0, cluster.output[-3000:]
+            # The launcher's status is 1 when a worker died during the run.
+            assert cluster.wait(300) == (1 if kill_worker else 0), \
+                cluster.output[-3000:]
+            assert "[launch] chief exited with 0" in cluster.output
             assert "stream stopped (SIGTERM)" in cluster.output
+            if kill_worker:
+                assert "[launch] worker:1 exited with -9 during the run" in \
+                    cluster.output
         else:
             time.sleep(rng.uniform(0.0, 1.0))
             os.kill(cluster.pids["chief" if ends == "chief" else "ps:0"],
                     signal.SIGKILL)
+            if ends == "ps":
+                # A chief that waits for files calls no ps: the next file's
+                # first step finds the ps gone.
+                landing.land()
             assert cluster.wait(300) != 0
             if ends == "chief":
                 assert "[launch] chief exited with -9" in cluster.output, \
@@ -226,10 +242,11 @@ def test_chief_killed_mid_stream_then_restarted_trains_each_file_once(tmp_path):
 def test_two_workers_chief_and_ps_killed_publishing(tmp_path):
     """1 ps x 2 workers, publishing deltas and serving metrics: the chief
     killed with SIGKILL at a random point, then the ps (the chief ends
-    with 138 naming it), then a last run until a SIGTERM; files land
-    during each run and while the cluster is down. Every file in the
-    ledger once; the step count and each key's show and click counts as
-    one uninterrupted fit's (two workers apply steps in an order of their
+    with 138 naming it), then a last run that loses a worker between two
+    files and goes on with the other until a SIGTERM; files land during
+    each run and while the cluster is down. Every file in the ledger
+    once; the step count and each key's show and click counts as one
+    uninterrupted fit's (two workers apply steps in an order of their
     own, so the weights are not compared)."""
     bd.write_spec(tmp_path / "spec.json")
     rng = random.Random(fuzz_seed() + 1)
@@ -239,9 +256,9 @@ def test_two_workers_chief_and_ps_killed_publishing(tmp_path):
                "--publish_every_seconds=2", "--metrics_port=0")
     outputs = []
     for ends, during in (("chief", (False, True)), ("ps", (False, False)),
-                         ("sigterm", (False,))):
+                         ("sigterm", (False, False))):
         outputs.append(_run(tmp_path, 2, landing, ends, rng, during=during,
-                            extra=publish))
+                            extra=publish, kill_worker=ends == "sigterm"))
         if ends != "sigterm":
             landing.land()  # while the cluster is down
     for output in outputs:

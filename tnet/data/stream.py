@@ -43,6 +43,11 @@ object store that does not answer, the file gone since the listing) is
 not damaged: it is named in the log and read again at later polls (after
 1, 2, 4 ... up to 60 s), and stays pending until it reads.
 
+Under ParameterServerStrategy, `fit_stream(model, data, callbacks)`
+trains a stream_dataset on the cluster: the chief reads the files as
+above and hands each batch to a worker, joining the workers at each file
+end, where the ledger moves and checkpoints are written.
+
 A damaged file (a record that cannot be read or does not match the spec)
 is named `file:record: why` and recorded as bad; with `bad_files="skip"`
 (default) training goes on, with "fail" the stream stops at the file
@@ -700,10 +705,11 @@ def stream_dataset(spec: FeatureSpec, pattern, format: str, batch_size: int,
     faster than training wait where they are (nothing is dropped).
 
     The dataset ends when the stream stops (`stream.stop()`, its
-    idle_seconds, or a damaged file under bad_files="fail"). It runs in
-    one process (its reader is a Python thread). `.stream` is the
-    FileStream; give it to `tn.callbacks.StreamCheckpoint` for exactly-once
-    training across restarts.
+    idle_seconds, or a damaged file under bad_files="fail"). Its reader is
+    a Python thread of this process: under ParameterServerStrategy train
+    it with `tn.data.fit_stream` (the chief reads, the workers train).
+    `.stream` is the FileStream; give it to `tn.callbacks.StreamCheckpoint`
+    for exactly-once training across restarts.
 
     `event_time_feature`: a dense feature of the spec holding each
     example's event time in unix seconds. It is read at full precision
@@ -889,22 +895,24 @@ class _ClusterStreamLoop:
         # The coordinator logs a line at each join: one per file here.
         quiet = _DropJoinLines()
         tf.get_logger().addFilter(quiet)
-        # Everything in the strategy's scope, as fit runs its callbacks:
-        # a restore or a first step that builds variables puts them on
-        # the ps.
-        with self.strategy.scope():
-            try:
-                return self._loop(coordinator)
-            finally:
-                model._tnet_fit_stream = False  # noqa: SLF001
-                tf.get_logger().removeFilter(quiet)
+        try:
+            return self._loop(coordinator)
+        finally:
+            model._tnet_fit_stream = False  # noqa: SLF001
+            tf.get_logger().removeFilter(quiet)
 
     def _loop(self, coordinator) -> int:
         model = self.model
-        for callback in self.callbacks:
-            callback.set_model(model)
-        for callback in self.callbacks:
-            callback.on_train_begin()
+        # The restore and the first step's trace (the optimizer's slots)
+        # run in the strategy's scope, so the variables they build go to
+        # the ps. The saves and publishes at file ends run outside it, as
+        # in one process: a publish that compacts exports a new base,
+        # which cannot be done inside a strategy's scope.
+        with self.strategy.scope():
+            for callback in self.callbacks:
+                callback.set_model(model)
+            for callback in self.callbacks:
+                callback.on_train_begin()
         self.it0 = int(model.optimizer.iterations.numpy())
         feed = _Feed(self.stream, self.reader, self.queue_batches)
         self.stream._feed = feed  # noqa: SLF001
@@ -913,8 +921,9 @@ class _ClusterStreamLoop:
         batches = feed.generate()
         try:
             for batch in batches:
-                coordinator.schedule(step, args=tuple(tf.constant(a)
-                                                      for a in batch))
+                args = tuple(tf.constant(a) for a in batch)
+                with self.strategy.scope():
+                    coordinator.schedule(step, args=args)
                 scheduled += 1
                 if scheduled == feed.last_end:  # a file's last batch
                     coordinator.join()
