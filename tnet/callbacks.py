@@ -328,9 +328,8 @@ class StreamCheckpoint(Checkpoint):
     the rerun trains it from its start against the tables saved before it.
 
     `steps_per_execution=1` (a step must end on each file boundary).
-    Under ParameterServerStrategy train with `tn.data.fit_stream` (the
-    chief reads the stream and joins the workers at each file end, where
-    this callback saves). Other arguments as `Checkpoint`'s.
+    Under ParameterServerStrategy train with `tn.data.fit_stream` (this
+    saves at file ends). Other arguments as `Checkpoint`'s.
 
     Args:
       directory: where checkpoints go.
@@ -387,11 +386,9 @@ class StreamCheckpoint(Checkpoint):
     def set_model(self, model):
         super().set_model(model)
         if _under_pss(model) and not getattr(model, "_tnet_fit_stream", False):
-            raise ValueError("tn.callbacks.StreamCheckpoint under "
-                             "ParameterServerStrategy: train with "
-                             "tn.data.fit_stream(model, data, callbacks=...), "
-                             "not fit (a stream_dataset is read by the chief, "
-                             "which hands each batch to a worker)")
+            raise ValueError("StreamCheckpoint under ParameterServerStrategy:"
+                             " train with tn.data.fit_stream(model, data, "
+                             "callbacks=...), not fit")
 
     def on_train_begin(self, logs=None):
         import time  # noqa: PLC0415
@@ -441,20 +438,14 @@ class StreamCheckpoint(Checkpoint):
         self._files_since = 0
         self._last_time = time.monotonic()
 
-    def on_train_batch_end(self, batch, logs=None):
-        # steps_per_execution=1: one call per step
-        self.on_stream_trained(self._trained + 1)
+    def on_train_batch_end(self, batch, logs=None):  # one call per step
+        self._on_stream_trained(self._trained + 1)
 
-    def on_stream_trained(self, steps: int) -> None:
-        """Moves the files trained into the ledger and saves when due.
-
-        `tn.data.fit_stream` calls it at each file boundary under a
-        cluster; `on_train_batch_end` calls it after each step in one
-        process.
-
-        Args:
-          steps: batches trained since train begin, each one finished.
-        """
+    def _on_stream_trained(self, steps: int) -> None:
+        """`steps` batches trained since train begin, all finished (after
+        each step in one process; at each file end from
+        `tn.data.fit_stream`): moves the files trained into the ledger
+        and saves when due."""
         self._trained = int(steps)
         if self._consume() and self._due():
             self._save_stream()
@@ -785,16 +776,11 @@ class PublishDeltas(tf_keras.callbacks.Callback):
                     >= self.every_seconds)
 
     def on_train_batch_end(self, batch, logs=None):
-        self.on_stream_trained(self._batches + 1)
+        self._on_stream_trained(self._batches + 1)
 
-    def on_stream_trained(self, steps: int) -> None:
-        """Publishes when due, or when training has caught up with the
-        stream. `tn.data.fit_stream` calls it at each file boundary under
-        a cluster; `on_train_batch_end` calls it after each step.
-
-        Args:
-          steps: batches trained since train begin, each one finished.
-        """
+    def _on_stream_trained(self, steps: int) -> None:
+        """`steps` batches trained since train begin, all finished (as
+        StreamCheckpoint's): publishes when due or caught up."""
         self._batches = int(steps)
         if self._due() or self._caught_up():
             self._publish()

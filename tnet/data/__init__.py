@@ -14,7 +14,8 @@ from tnet.data.metrics import auc, calibration, group_auc
 from tnet.data.readers import (BadDataError, FileScan, count_records, find_bad_records, parquet_to_tfrecord,
                                scan_files,
                                spec_dataset)
-from tnet.data.stream import FileStream, fit_stream, stream_dataset
+from tnet.data.stream import FileStream, stream_dataset
+from tnet.data.stream_cluster import fit_stream
 from tnet.data.movielens import MovieLens, load_movielens, movielens_dataset, popularity_recall
 from tnet.data.synthetic import (CRITEO_KAGGLE_CARDINALITIES, SyntheticCriteo,
                                  synthetic_cardinalities)
