@@ -553,24 +553,30 @@ def test_publishing_while_streaming_serves_each_file_once_trained(tmp_path, spec
     first = _land(data, "p-000.tfrecord", bd.rows(50, seed=0))
     export = str(tmp_path / "export" / "1")
     model, probe = _updatable_export(spec, first, export)
-    stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=1.5)
+    # The writer stops the stream after the last file is trained (an idle
+    # window could end it between two files on a loaded machine).
+    stream = FileStream(str(data), poll_seconds=0.05, idle_seconds=300)
     n_files = 4
 
     def writer():  # each file lands once the one before is trained
-        for i in range(1, n_files):
-            while stream.files_consumed < i:
+        deadline = time.monotonic() + 240
+        for i in range(1, n_files + 1):
+            while stream.files_consumed < i and time.monotonic() < deadline:
                 time.sleep(0.02)
-            time.sleep(0.3)
-            _land(data, f"p-{i:03d}.tfrecord", bd.rows(40, seed=i))
+            if i < n_files:
+                time.sleep(0.3)
+                _land(data, f"p-{i:03d}.tfrecord", bd.rows(40, seed=i))
+        stream.stop()
 
-    thread = threading.Thread(target=writer)
+    thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     ckpt = tn.callbacks.StreamCheckpoint(tmp_path / "ckpt", stream, verbose=0)
     publisher = tn.callbacks.PublishDeltas(export, every_seconds=3600,
                                            compact_at=None, stream=stream)
     model.fit(tn.data.stream_dataset(spec, stream, "tfrecord", BATCH),
               callbacks=[ckpt, publisher], verbose=0)
-    thread.join()
+    thread.join(timeout=60)
+    assert stream.files_consumed == n_files
     # Training caught up at the end of every file: one delta each, no timer.
     assert len(publisher.published) == n_files
     loaded = tf.saved_model.load(export)
