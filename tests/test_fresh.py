@@ -801,15 +801,22 @@ def test_publish_deltas_callback_in_fit(setup, tmp_path):
                                _trained(model, probe), atol=TOL)
 
 
+# The one-process run is long: its batch-hook publishing is
+# test_publish_deltas_callback_in_fit's, the CLI path the cluster run's.
+@pytest.mark.parametrize("where", [
+    pytest.param("one_process", marks=pytest.mark.long), "cluster"])
 def test_cli_publishes_deltas_that_bring_the_base_to_the_trained_model(
-        tmp_path):
+        tmp_path, where):
     """`python -m tnet.train --publish_every_n_steps=3` on a user's feature
-    spec: an updatable base is exported before training, deltas follow
-    every 3 steps and at the end (no compaction: with it, a base exported
-    before training holds no rows and the first publish is a new base); the base loaded in this process (stock
-    ops only) with every delta applied by the follower predicts what the
-    trained model predicts (the final export check's sample and
-    expectations)."""
+    spec, in one process and as the chief of a 1 ps x 1 worker cluster: an
+    updatable base is exported before training (under a cluster, with the
+    model built in the strategy's scope), deltas follow every 3 steps and
+    at the end (under a cluster Keras calls no batch hooks: at each epoch
+    end) (no compaction: with it, a base exported before training holds no
+    rows and the first publish is a new base); the base loaded in this
+    process (stock ops only) with every delta applied by the follower
+    predicts what the trained model predicts (the final export check's
+    sample and expectations)."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from support import byod_data as bd  # noqa: PLC0415
     bd.write_spec(tmp_path / "spec.json")
@@ -824,11 +831,20 @@ def test_cli_publishes_deltas_that_bring_the_base_to_the_trained_model(
            "--publish_every_n_steps=3", "--publish_compact_at=0",
            f"--update_key_file={tmp_path / 'keys' / 'ranker.key'}",
            "--rotate_update_key"]
-    env = dict(os.environ, PYTHONPATH=ROOT, CI="true",
-               TF_CPP_MIN_LOG_LEVEL="2")
-    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True,
-                         text=True, timeout=400)
-    assert res.returncode == 0, res.stderr[-3000:]
+    if where == "cluster":
+        from tests.support.cluster import assert_all_stopped, cluster  # noqa: PLC0415
+        c = cluster(1, 1, cmd, timeout=400)
+        code = c.wait(420)
+        assert_all_stopped(c)
+        assert code == 0, c.output[-3000:]
+        stdout = c.output
+    else:
+        env = dict(os.environ, PYTHONPATH=ROOT, CI="true",
+                   TF_CPP_MIN_LOG_LEVEL="2")
+        res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=400)
+        assert res.returncode == 0, res.stderr[-3000:]
+        stdout = res.stdout
     summary = json.load(open(run / "summary.json"))
     versions = deltas.versions_of(str(export_dir))
     assert len(versions) == 2, versions  # the base, then the final export
@@ -843,11 +859,13 @@ def test_cli_publishes_deltas_that_bring_the_base_to_the_trained_model(
     final = os.path.join(export_dir, str(versions[1]))
     assert update_key.matches(deltas.read_info(final)["update_key"], keys[0])
     assert update_key.matches(deltas.read_info(base)["update_key"], keys[1])
-    assert f"publishing deltas to {base}" in res.stdout
+    assert f"publishing deltas to {base}" in stdout
     assert summary["export"]["updatable"] and summary["published"]
     # 2 epochs of ceil(300 / 64) = 5 steps: steps 3, 6, 9, and the end
-    # (10; a batch of 44 rows ends each epoch).
-    assert len(deltas.list_deltas(base)) == len(summary["published"]) == 4
+    # (10; a batch of 44 rows ends each epoch); under a cluster the two
+    # epoch ends.
+    assert len(deltas.list_deltas(base)) == len(summary["published"]) == (
+        2 if where == "cluster" else 4)
     loaded = tf.saved_model.load(base)
     target = follow.InProcessTarget(loaded)
     follower = follow.Follower(base, [target], say=lambda m: None)

@@ -47,6 +47,12 @@ def export_and_check(cfg: JobConfig, model, spec, version: int | None = None,
     # Called before the export: fit never calls the model itself (it calls
     # logits), and the export infers its signature from the model's first
     # call, as Keras' model.save does (ragged ids -> padded [None, None]).
+    if not model.built:
+        # The base a publisher needs, exported before fit: the model is
+        # built here, in the strategy's scope so that under a cluster its
+        # variables go to the ps (outside it, fit's optimizer refuses them).
+        with model.distribute_strategy.scope():
+            model(features, training=False)
     expected = model(features, training=False).numpy()[:256].reshape(-1)
     updatable = cfg.updatable_export or cfg.publishing
     path = tn.saving.export_for_serving(
