@@ -61,7 +61,8 @@ def main(argv=None) -> int:
         _log.error(f"tnet.server: {e}")
         return 2
     distribute.set_grpc_defaults()  # keepalive: find silent peers
-    bind.ensure()  # listen on TF_CONFIG's address only (TNET_BIND, SECURITY.md)
+    # TF_CONFIG is checked before bind.ensure() may re-execute the process
+    # (a bad one fails at once, not after a second start of Python).
     try:
         config = distribute.parse_tf_config()
     except distribute.ClusterConfigError as e:
@@ -76,6 +77,7 @@ def main(argv=None) -> int:
         _log.error(f"tnet.server: this task is {kind}:{index}; only ps and worker "
               "tasks run tnet.server (the chief runs the training program)")
         return 2
+    bind.ensure()  # listen on TF_CONFIG's address only (TNET_BIND, SECURITY.md)
     cluster = tf.train.ClusterSpec(config["cluster"])
     server = tf.distribute.Server(cluster, job_name=kind, task_index=index,
                                   protocol=config.get("rpc_layer", "grpc"),
