@@ -340,9 +340,16 @@ int64_t TableShard::EnforceCap(Stripe* s) {
   // inserts instead of once per insert.
   const uint64_t target = s->row_cap - std::max<uint64_t>(1, s->row_cap / 10);
   const uint64_t n_free = s->index.size() - target;
+  // The order is a function of what a row holds (show, last_step, key):
+  // never of where it sits in the arena, which a restore does not keep
+  // (imported rows are packed in the checkpoint's order, and rows freed
+  // before a save leave holes that new keys fill only in the saving run).
+  // Among equal shows and last_steps the key's hash decides (Mix64 is a
+  // bijection, so the order is strict): a resumed run frees the same rows.
   struct Victim {
     float show;
     int64_t last_step;
+    uint64_t h;  // Mix64(key)
     uint32_t row;
   };
   std::vector<Victim> rows;
@@ -354,12 +361,13 @@ int64_t TableShard::EnforceCap(Stripe* s) {
     const char* row = s->arena.Peek(r, buf.data());
     if (row == nullptr) return 0;  // the tier failed; the op reports it
     const RowMeta m = MetaOf(row);
-    rows.push_back({m.show, m.last_step, r});
+    rows.push_back({m.show, m.last_step,
+                    Mix64(static_cast<uint64_t>(KeyOf(row))), r});
   }
   auto colder = [](const Victim& a, const Victim& b) {
     if (a.show != b.show) return a.show < b.show;
     if (a.last_step != b.last_step) return a.last_step < b.last_step;
-    return a.row < b.row;
+    return a.h < b.h;
   };
   std::nth_element(rows.begin(), rows.begin() + (n_free - 1), rows.end(),
                    colder);
@@ -369,7 +377,7 @@ int64_t TableShard::EnforceCap(Stripe* s) {
     if (row == nullptr) return 0;
     const int64_t key = KeyOf(row);
     LogDeleted(s, key);
-    s->index.EraseRow(Mix64(static_cast<uint64_t>(key)), r);
+    s->index.EraseRow(rows[i].h, r);
     s->arena.Free(r);
   }
   const int64_t freed = static_cast<int64_t>(n_free);

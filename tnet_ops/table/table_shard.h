@@ -157,10 +157,12 @@ class TableShard {
   // Cap (max_rows > 0): each stripe holds at most its share of max_rows
   // (the shares sum to max_rows). When an operation leaves a stripe above
   // its share, the stripe frees its lowest-show rows (older last_step first
-  // among equal shows) down to 90% of its share before the operation
-  // returns, still under the stripe lock, so Size() never exceeds max_rows
-  // between operations; during one operation a stripe may briefly hold the
-  // batch's new keys on top. Freed rows and chunks are reused.
+  // among equal shows, then a fixed hash order of the keys: never the rows'
+  // places in memory, so a restored table frees the same rows) down to 90%
+  // of its share before the operation returns, still under the stripe
+  // lock, so Size() never exceeds max_rows between operations; during one
+  // operation a stripe may briefly hold the batch's new keys on top. Freed
+  // rows and chunks are reused.
 
   // out[n * dim]. training: missing keys get a row initialized from the key
   // (unless admission holds them back); otherwise missing keys read zeros
