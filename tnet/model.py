@@ -342,7 +342,7 @@ class _TnetTraining:
         _allow_mean_reduction(self)
         tfrs_style = self._tfrs_style()
         with tf.GradientTape() as tape:
-            with scopes.recording(tape) as recorder:
+            with scopes.recording(tape, _examples(data)) as recorder:
                 if tfrs_style:
                     loss, predictions = self._run_compute_loss(data, True)
                     regularization_loss = _sum_losses(self.losses)
@@ -400,6 +400,21 @@ class _TnetTraining:
     def compute_metrics(self, x, y, y_pred, sample_weight):
         self.compiled_metrics.update_state(y, y_pred, sample_weight)
         return {m.name: m.result() for m in self.metrics}
+
+
+def _examples(data):
+    """The number of examples in a training batch (int64 scalar), read
+    from its first batched element ([B, ...] dense, sparse or ragged), or
+    None if it has none. The tables scale the accumulator start of the
+    rows a step inserts by it (the rule's start_reference_batch)."""
+    for t in tf.nest.flatten(data):
+        if isinstance(t, tf.SparseTensor):
+            return t.dense_shape[0]
+        if isinstance(t, tf.RaggedTensor):
+            return t.nrows(out_type=tf.int64)
+        if isinstance(t, tf.Tensor) and t.shape.rank != 0:
+            return tf.shape(t, out_type=tf.int64)[0]
+    return None
 
 
 class Model(_TnetTraining, tfrs.models.Model):

@@ -20,20 +20,25 @@ _STATE = threading.local()
 
 
 class Recorder:
-    """The lookups (tnet.layers.lookup.Lookup) of one training step."""
+    """The lookups (tnet.layers.lookup.Lookup) of one training step, and
+    the number of examples in its batch (an int64 scalar tensor, or None
+    when unknown): the pulls and pushes of the step send it to the tables,
+    which scale the accumulator start of the rows they insert by it."""
 
-    def __init__(self, tape):
+    def __init__(self, tape, batch_size=None):
         self.tape = tape
+        self.batch_size = batch_size
         self.lookups: List = []
 
 
 @contextlib.contextmanager
-def recording(tape) -> Iterator[Recorder]:
-    """Records the training lookups made inside the scope."""
+def recording(tape, batch_size=None) -> Iterator[Recorder]:
+    """Records the training lookups made inside the scope; `batch_size`:
+    the step's examples (see Recorder)."""
     stack = getattr(_STATE, "stack", None)
     if stack is None:
         stack = _STATE.stack = []
-    recorder = Recorder(tape)
+    recorder = Recorder(tape, batch_size)
     stack.append(recorder)
     try:
         yield recorder

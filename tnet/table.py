@@ -60,6 +60,14 @@ STATS_FIELDS = ("rows", "admitted", "rejected", "evicted", "bytes", "pending",
                 "tier_disk_bytes", "tier_writebacks")
 
 
+def _batch_size(batch_size) -> tf.Tensor:
+    """A pull's or push's `batch_size` as the op's int64 scalar (0: None,
+    unknown: the rows it inserts start as the rule gives)."""
+    if batch_size is None:
+        return tf.constant(0, tf.int64)
+    return tf.cast(batch_size, tf.int64)
+
+
 def hit_rate(lookups: int, misses: int, idle: float = 1.0) -> float:
     """The share of a tier's lookups served from memory; `idle` if none."""
     return 1.0 - misses / lookups if lookups > 0 else idle
@@ -311,8 +319,8 @@ class SparseTable(tf.Module):
         parts = tf.split(keys, sizes, num=self.num_shards)
         return RowRoute(keys, parts=parts, sizes=sizes), idx, counts
 
-    def pull_rows(self, keys, training: bool | tf.Tensor = False
-                  ) -> "RowBatch":
+    def pull_rows(self, keys, training: bool | tf.Tensor = False,
+                  batch_size=None) -> "RowBatch":
         """The rows of flat `keys` (unique, for a push to reuse) as a
         RowBatch: rows [N, dim] plus the route they took, so `push_rows`
         sends the gradients back over the same partition without routing
@@ -322,24 +330,27 @@ class SparseTable(tf.Module):
         Args:
           keys: `[N]` unique int64 keys, or the RowRoute of `shard_order`.
           training: True inserts missing keys; False reads zeros for them.
+          batch_size: as for `pull`.
         """
         route = keys if isinstance(keys, RowRoute) else self.route(keys)
         training = tf.convert_to_tensor(training, tf.bool)
+        batch_size = _batch_size(batch_size)
         if route.parts is None:
             with tf.device(self.devices[0]):
-                rows = _ops.sparse_table_pull(self.shards[0].resource_handle,
-                                              route.keys, training,
-                                              dim=self.dim)
+                rows = _ops.sparse_table_pull_v2(
+                    self.shards[0].resource_handle, route.keys, training,
+                    batch_size, dim=self.dim)
             return RowBatch(route, rows)
         outs = []
         for i in range(self.num_shards):
             with tf.device(self.devices[i]):
-                outs.append(_ops.sparse_table_pull(
+                outs.append(_ops.sparse_table_pull_v2(
                     self.shards[i].resource_handle, route.parts[i], training,
-                    dim=self.dim))
+                    batch_size, dim=self.dim))
         return RowBatch(route, _stitch_rows(route, outs, self.dim))
 
-    def pull(self, keys, training: bool | tf.Tensor = False) -> tf.Tensor:
+    def pull(self, keys, training: bool | tf.Tensor = False,
+             batch_size=None) -> tf.Tensor:
         """Rows of `keys` (any shape) as a [*keys.shape, dim] float tensor.
 
         training=True inserts missing keys (initialized by key); otherwise
@@ -348,6 +359,12 @@ class SparseTable(tf.Module):
         Args:
           keys: int64 keys (or ids of the table's key dtype), any shape.
           training: insert missing keys (True) or read zeros (False).
+          batch_size: the number of examples the keys come from (not the
+            number of keys), or None. With the rule's
+            `start_reference_batch` set, a row this call inserts starts
+            its accumulator at the start times (reference / batch_size)^2;
+            None starts it at the start as given. `tn.Model` passes its
+            batch's examples.
 
         Example:
             ```python
@@ -356,11 +373,11 @@ class SparseTable(tf.Module):
             ```
         """
         keys = self._keys(keys)
-        rows = self.pull_rows(keys, training).rows
+        rows = self.pull_rows(keys, training, batch_size).rows
         return tf.reshape(rows, tf.concat([tf.shape(keys), [self.dim]], 0))
 
     def push(self, keys, grads, learning_rate=None, step=0, shows=None,
-             clicks=None, unique_keys=False):
+             clicks=None, unique_keys=False, batch_size=None):
         """Applies the table's optimizer to the rows of `keys` (1-D).
 
         grads: [N, dim]. Duplicate keys are summed before the update;
@@ -378,6 +395,8 @@ class SparseTable(tf.Module):
           shows: `[N]` show counts, or None.
           clicks: `[N]` click counts, or None.
           unique_keys: True promises `keys` has no duplicates.
+          batch_size: the examples behind the gradients, as for `pull`
+            (rows this push inserts start scaled for it).
 
         Example:
             ```python
@@ -387,10 +406,10 @@ class SparseTable(tf.Module):
         return self.push_rows(self.route(keys), grads,
                               learning_rate=learning_rate, step=step,
                               shows=shows, clicks=clicks,
-                              unique_keys=unique_keys)
+                              unique_keys=unique_keys, batch_size=batch_size)
 
     def push_rows(self, route, grads, learning_rate=None, step=0, shows=None,
-                  clicks=None, unique_keys=False):
+                  clicks=None, unique_keys=False, batch_size=None):
         """`push` over a route already made (a RowRoute, or the RowBatch of
         the pull whose rows the gradients are for): the gradients, shows
         and clicks are split by the pull's partition, the keys not at all.
@@ -405,6 +424,7 @@ class SparseTable(tf.Module):
           shows: as for `push`.
           clicks: as for `push`.
           unique_keys: as for `push`.
+          batch_size: as for `push`.
         """
         if isinstance(route, RowBatch):
             route = route.route
@@ -415,11 +435,12 @@ class SparseTable(tf.Module):
         empty = tf.zeros([0], tf.float32)
         shows = empty if shows is None else tf.cast(shows, tf.float32)
         clicks = empty if clicks is None else tf.cast(clicks, tf.float32)
+        batch_size = _batch_size(batch_size)
         if route.parts is None:
             with tf.device(self.devices[0]):
-                return _ops.sparse_table_push(
+                return _ops.sparse_table_push_v2(
                     self.shards[0].resource_handle, route.keys, grads, lr,
-                    step, shows, clicks, dim=self.dim,
+                    step, shows, clicks, batch_size, dim=self.dim,
                     unique_keys=unique_keys)
         n = self.num_shards
         g_parts = _partition_rows(grads, route)
@@ -432,9 +453,9 @@ class SparseTable(tf.Module):
         ops = []
         for i in range(n):
             with tf.device(self.devices[i]), tf.control_dependencies(checks):
-                ops.append(_ops.sparse_table_push(
+                ops.append(_ops.sparse_table_push_v2(
                     self.shards[i].resource_handle, route.parts[i],
-                    g_parts[i], lr, step, s_parts[i], c_parts[i],
+                    g_parts[i], lr, step, s_parts[i], c_parts[i], batch_size,
                     dim=self.dim, unique_keys=unique_keys))
         return tf.group(ops)
 

@@ -120,6 +120,7 @@ def parse_args(argv=None):
     p.add_argument("--tnet_wide_lr", type=float, default=None)
     p.add_argument("--tnet_wide_epsilon", type=float, default=None)
     p.add_argument("--tnet_init_stddev", type=float, default=None)
+    p.add_argument("--tnet_start_reference_batch", type=float, default=None)
     return p.parse_args(argv)
 
 
@@ -364,8 +365,9 @@ def tnet_settings(args, tn):
     optimizer) for tnet: tnet's defaults unless a --tnet_* flag says
     otherwise (each flag is one of TFRA's settings to try in tnet)."""
     wide = None
+    reference = args.tnet_start_reference_batch
     if (args.tnet_wide_rule, args.tnet_wide_lr, args.tnet_wide_accumulator,
-            args.tnet_wide_epsilon) != (None, None, None, None):
+            args.tnet_wide_epsilon, reference) != (None,) * 5:
         rule = args.tnet_wide_rule or "ftrl"
         kw = {}
         if args.tnet_wide_accumulator is not None:
@@ -378,6 +380,8 @@ def tnet_settings(args, tn):
         lr = args.tnet_wide_lr or (0.2 if rule == "ftrl" else args.lr)
         cls = (tn.optimizer.sparse.Ftrl if rule == "ftrl"
                else tn.optimizer.sparse.Adagrad)
+        if reference is not None:  # 0: off (the start fixed)
+            kw["start_reference_batch"] = reference or None
         wide = cls(learning_rate=lr, **kw)
     initializer = (None if args.tnet_init_stddev is None else
                    {"name": "normal", "stddev": args.tnet_init_stddev})
@@ -385,6 +389,8 @@ def tnet_settings(args, tn):
           {"initial_accumulator_value": args.tnet_accumulator})
     if args.tnet_row_accumulator is not None:
         kw["row_initial_accumulator_value"] = args.tnet_row_accumulator
+    if reference is not None:
+        kw["start_reference_batch"] = reference or None
     opt = tn.optimizer.Adagrad(args.lr, **kw)
     if args.tnet_row_epsilon is not None:  # the rows' alone (Keras' shared)
         opt.sparse_rule.epsilon = float(args.tnet_row_epsilon)

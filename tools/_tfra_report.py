@@ -129,7 +129,8 @@ def build_report(args, info, venv, data_facts, runs, quality, pss):
            + "".join(f", {k}={getattr(args, k)}" for k in (
                "tnet_row_accumulator", "tnet_wide_accumulator",
                "tnet_row_epsilon", "tnet_wide_rule", "tnet_wide_lr",
-               "tnet_wide_epsilon", "tnet_init_stddev")
+               "tnet_wide_epsilon", "tnet_init_stddev",
+               "tnet_start_reference_batch")
                if getattr(args, k, None) is not None)
            + "; TFRA "
            f"de.DynamicEmbeddingOptimizer(tf_keras Adagrad({args.lr:g})) for "

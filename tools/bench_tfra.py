@@ -97,7 +97,8 @@ STAMP_NAME = ".tnet-bench-tfra"
 # tnet's settings a run may change (forwarded to tools/_tfra_child.py).
 TNET_PROBES = ("tnet_accumulator", "tnet_row_accumulator",
                "tnet_wide_accumulator", "tnet_row_epsilon", "tnet_wide_rule",
-               "tnet_wide_lr", "tnet_wide_epsilon", "tnet_init_stddev")
+               "tnet_wide_lr", "tnet_wide_epsilon", "tnet_init_stddev",
+               "tnet_start_reference_batch")
 # case -> (tools/_tfra_child.py --impl, which venv runs it)
 CASES = {"tnet": ("tnet", "tnet"), "tfra": ("tfra", "tfra"),
          "stock": ("stock", "tfra"), "dnn_tnet_venv": ("dnn", "tnet"),
@@ -141,6 +142,10 @@ def parse_args(argv=None):
                    help="its learning rate (default: 0.2 FTRL, --lr Adagrad)")
     p.add_argument("--tnet_wide_epsilon", type=float, default=None,
                    help="its epsilon (Adagrad)")
+    p.add_argument("--tnet_start_reference_batch", type=float, default=None,
+                   help="start_reference_batch of tnet's deep rows and wide "
+                        "part (default 256; 0: off, the starts fixed at "
+                        "every batch size)")
     p.add_argument("--tnet_init_stddev", type=float, default=None,
                    help="tnet's deep rows start normal with this stddev "
                         "(tnet's default 0.01; TFRA's side here 0.05)")

@@ -42,6 +42,7 @@ class Lookup:
     embeddings: tf.Tensor  # [U, dim] pulled rows (watched by the tape)
     shows: tf.Tensor       # [U] occurrences of each key in the batch
     learning_rate: Optional[Callable[[Any], Any]] = None  # layer override (of step)
+    batch_size: Any = None  # the step's examples (int64 scalar) or None
 
     @property
     def keys(self) -> tf.Tensor:
@@ -57,7 +58,8 @@ class Lookup:
                                    model=learning_rate)
         return self.table.push_rows(self.batch, grad, learning_rate=lr,
                                     step=step, shows=self.shows,
-                                    unique_keys=True)
+                                    unique_keys=True,
+                                    batch_size=self.batch_size)
 
 
 def sum_rows(values, indices, num_rows):
@@ -178,7 +180,15 @@ def fused_lookup(table: SparseTable, keys_per_column: List[tf.Tensor],
         route, idx, shows = traced_once(
             ("shard_order", table.num_shards, uniq),
             lambda u=uniq, i=idx, c=shows: table.shard_order(u, i, c))
-        batch = table.pull_rows(route, training=training)
+        # In a training step the pull inserts new rows with the
+        # accumulator start for the step's batch (the examples, not the
+        # ids: the recorder has it from the step's data).
+        recorder = active_recorder()
+        batch_size = (recorder.batch_size
+                      if recorder is not None and training is not False
+                      else None)
+        batch = table.pull_rows(route, training=training,
+                                batch_size=batch_size)
         rows = batch.rows
     recorder = active_recorder()
     if recorder is None and batch is not None and training is not False \
@@ -190,7 +200,7 @@ def fused_lookup(table: SparseTable, keys_per_column: List[tf.Tensor],
         if recorder.tape is not None:  # None: a check that nothing records
             recorder.tape.watch(rows)
         recorder.lookups.append(Lookup(table, batch, rows, shows,
-                                       learning_rate))
+                                       learning_rate, recorder.batch_size))
     if not split:
         return rows, idx
     if len(keys_per_column) == 1:

@@ -31,7 +31,8 @@ class _TnetOptimizer:
         """sparse_rule: rule_class with this optimizer's hyperparameters;
         `row_hparams` (not None) override them for the table rows."""
         config = dict(self.get_config())
-        config.update({k: v for k, v in row_hparams.items() if v is not None})
+        config.update({k: v for k, v in row_hparams.items()
+                       if v is not None and v is not _UNSET})
         # A hyperparameter Keras' optimizer lacks (tnet's own, rows only)
         # keeps the rule's default unless given in row_hparams.
         self.sparse_rule = self.rule_class(
@@ -42,6 +43,22 @@ class _TnetOptimizer:
 
 # Marks an argument the caller did not pass.
 _UNSET = object()
+
+
+def _reference_batch(value):
+    """start_reference_batch as _attach_rule takes it: _UNSET (the rule's
+    default, 256), or the caller's value with None (off) as 0."""
+    if value is _UNSET:
+        return _UNSET
+    return 0 if value is None else value
+
+
+def _rule_reference_batch(optimizer, config):
+    """Adds the rows' start_reference_batch (Keras has none) to a config."""
+    rule = getattr(optimizer, "sparse_rule", None)
+    if rule is not None and "start_reference_batch" in rule.hparams():
+        config["start_reference_batch"] = rule.start_reference_batch
+    return config
 
 
 def _row_accumulator(initial_accumulator_value, row_initial_accumulator_value):
@@ -140,6 +157,11 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
         row's first update starts from `row_initial_accumulator_value`
         and every later one from at least the floor (see
         tn.optimizer.sparse.Adagrad).
+      start_reference_batch: table rows only (default 256): the batch
+        size the rows' start is meant for. A row inserted by a step of B
+        examples starts at row_initial_accumulator_value * (256 / B)^2, so
+        the start acts the same at every batch size (a batch-mean loss
+        makes gradients 1 / B as large). None: the start as given.
       **kwargs: Keras optimizer arguments (`clipnorm`, ...).
 
     Example:
@@ -153,7 +175,8 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
 
     def __init__(self, learning_rate=0.001, initial_accumulator_value=_UNSET,
                  epsilon=1e-7, row_initial_accumulator_value=None,
-                 accumulator_floor=None, **kwargs):
+                 accumulator_floor=None, start_reference_batch=_UNSET,
+                 **kwargs):
         dense, rows = _row_accumulator(initial_accumulator_value,
                                        row_initial_accumulator_value)
         super().__init__(learning_rate=learning_rate,
@@ -161,7 +184,9 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
                          epsilon=epsilon, **kwargs)
         self.row_initial_accumulator_value = float(rows)
         self._attach_rule(learning_rate, initial_accumulator_value=rows,
-                          accumulator_floor=accumulator_floor)
+                          accumulator_floor=accumulator_floor,
+                          start_reference_batch=_reference_batch(
+                              start_reference_batch))
 
     def get_config(self):
         config = super().get_config()
@@ -171,7 +196,7 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
         rule = getattr(self, "sparse_rule", None)
         if rule is not None:  # the rows' own setting (Keras has none)
             config["accumulator_floor"] = rule.accumulator_floor
-        return config
+        return _rule_reference_batch(self, config)
 
 
 class RowwiseAdagrad(Adagrad):
@@ -190,6 +215,8 @@ class RowwiseAdagrad(Adagrad):
       initial_accumulator_value: dense accumulators' start (Keras' 0.1).
       epsilon: as in Keras.
       row_initial_accumulator_value: table rows' start (see Adagrad).
+      start_reference_batch: the batch the rows' start is meant for
+        (see Adagrad; default 256).
       **kwargs: Keras optimizer arguments.
     """
 
@@ -231,7 +258,11 @@ class Ftrl(tf_keras.optimizers.Ftrl, _TnetOptimizer):
       **kwargs: tf_keras.optimizers.Ftrl's arguments by name; its
         hyperparameters (`learning_rate_power`,
         `initial_accumulator_value`, the l1, l2 and l2-shrinkage
-        regularization strengths, `beta`) apply to both.
+        regularization strengths, `beta`) apply to both;
+        `start_reference_batch` (table rows only, default 256) makes a
+        new row's accumulator start initial_accumulator_value *
+        (256 / B)^2 at a batch of B examples (Keras' start at batch 256;
+        None: fixed).
 
     Example:
         ```python
@@ -241,8 +272,13 @@ class Ftrl(tf_keras.optimizers.Ftrl, _TnetOptimizer):
     rule_class = sparse.Ftrl
 
     def __init__(self, learning_rate=0.001, *args, **kwargs):
+        reference = _reference_batch(
+            kwargs.pop("start_reference_batch", _UNSET))
         super().__init__(learning_rate, *args, **kwargs)
-        self._attach_rule(learning_rate)
+        self._attach_rule(learning_rate, start_reference_batch=reference)
+
+    def get_config(self):
+        return _rule_reference_batch(self, super().get_config())
 
 
 def _float_or_schedule(learning_rate):

@@ -68,6 +68,9 @@ class SparseRule:
             given[key] = value
         for key, default in self.defaults().items():
             value = given.get(key, default)
+            if key == "start_reference_batch":
+                setattr(self, key, _reference_batch(value))
+                continue
             _check_number(key, value)
             setattr(self, key, float(value))
 
@@ -81,13 +84,18 @@ class SparseRule:
         """Each hyperparameter's default for table rows: rules.h's, unless
         `row_defaults` gives another."""
         table = _rule_table()[1]
-        return {k: float(cls.row_defaults.get(k, table[k]))
-                for k in cls.hparams()}
+        out = {}
+        for k in cls.hparams():
+            value = cls.row_defaults.get(k, table[k])
+            out[k] = value if value is None else float(value)
+        return out
 
     def table_attrs(self) -> dict[str, Any]:
         attrs: dict[str, Any] = {"optimizer": self.name}
         for key in self.hparams():
-            attrs[key] = float(getattr(self, key))
+            value = getattr(self, key)
+            # start_reference_batch None (off) is the attr's 0.
+            attrs[key] = 0.0 if value is None else float(value)
         return attrs
 
     def num_slots(self, dim: int) -> int:
@@ -190,6 +198,16 @@ def by_keras_name(keras_name: str):
     return None
 
 
+def _reference_batch(value: Any) -> Optional[float]:
+    """start_reference_batch: None (or 0, the table attr's "off") or a
+    batch size >= 1."""
+    if value is None or (not isinstance(value, bool)
+                         and isinstance(value, (int, float)) and value == 0):
+        return None
+    _check_number("start_reference_batch", value, minimum=1.0)
+    return float(value)
+
+
 def _check_number(name: str, value: Any, minimum: float | None = None) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {value!r}")
@@ -232,6 +250,21 @@ KERAS_INITIAL_ACCUMULATOR_VALUE = 0.1
 # Keras' 0.1.
 WIDE_FTRL_INITIAL_ACCUMULATOR_VALUE = 1e-3
 
+# The batch size at which a table row's accumulator start (Adagrad's,
+# RowwiseAdagrad's, FTRL's initial_accumulator_value) means what it says.
+# The start is in squared-gradient units, and a batch-mean loss (Keras'
+# default) scales each row's gradient by 1 / batch, so a start chosen at
+# one batch size is too large by (B / 256)^2 at batch B: at batch 4096 the
+# wide part's 1e-3 acted like 0.26 at batch 256 and cost 0.02-0.03 AUC
+# (BENCHMARKS.md "tnet vs TFRA"). A row inserted by a step of B examples
+# starts at initial_accumulator_value * (START_REFERENCE_BATCH / B)^2: its
+# first step is then the same for the same per-example gradient at any
+# batch size, and at batch 256 nothing changes. The scaling happens once,
+# when the row is inserted: accumulators stay plain numbers (checkpoints
+# and resume are unchanged). `start_reference_batch=None` keeps the start
+# fixed whatever the batch.
+START_REFERENCE_BATCH = 256
+
 
 class Adagrad(SparseRule):
     """Element-wise Adagrad, row for row as ResourceSparseApplyAdagradV2.
@@ -241,6 +274,15 @@ class Adagrad(SparseRule):
     `initial_accumulator_value`, by default ROW_INITIAL_ACCUMULATOR_VALUE
     (1e-6), not Keras' 0.1: rare ids learn at full speed from their first
     example. Pass 0.1 for Keras' behaviour.
+
+    `start_reference_batch` (tnet's own, START_REFERENCE_BATCH = 256 by
+    default): the batch size the start is meant for. A row inserted by a
+    training step of B examples (`tn.Model` counts them, whatever the ids'
+    form; a direct `SparseTable.pull`/`push` passes `batch_size`) starts
+    its accumulator at initial_accumulator_value * (256 / B)^2, so a
+    batch-mean loss's 1 / B on the gradients does not slow new rows at
+    large batches (see START_REFERENCE_BATCH). None: the start as given
+    at every batch size.
 
     `accumulator_floor` (tnet's own, 0 by default: off) makes a row's
     start depend on its update count: after each update of a row, acc =
@@ -254,7 +296,8 @@ class Adagrad(SparseRule):
 
     name = "adagrad"
     keras_name = "adagrad"
-    row_defaults = {"initial_accumulator_value": ROW_INITIAL_ACCUMULATOR_VALUE}
+    row_defaults = {"initial_accumulator_value": ROW_INITIAL_ACCUMULATOR_VALUE,
+                    "start_reference_batch": START_REFERENCE_BATCH}
 
 
 class RowwiseAdagrad(Adagrad):
@@ -286,11 +329,15 @@ class Ftrl(SparseRule):
 
     Hyperparameters and defaults as Keras Ftrl's (`learning_rate_power`,
     `initial_accumulator_value`, the l1, l2 and l2-shrinkage
-    regularization strengths, `beta`).
+    regularization strengths, `beta`), and tnet's `start_reference_batch`
+    (256 by default), as Adagrad's: a new row's accumulator starts at
+    initial_accumulator_value * (256 / B)^2 at a batch of B examples
+    (exactly Keras' start at batch 256); None keeps it fixed.
     """
 
     name = "ftrl"
     keras_name = "ftrl"
+    row_defaults = {"start_reference_batch": START_REFERENCE_BATCH}
 
 
 def get(identifier: "SparseRule | str | None") -> SparseRule:

@@ -30,6 +30,17 @@ class SparseTablePullOp : public tf::OpKernel {
                     "; flatten ids (and drop padding) before the pull"));
     bool training = false;
     OP_REQUIRES_OK(ctx, ScalarInput<bool>(ctx, 2, "training", &training));
+    int64_t batch_size = 0;
+    if (ctx->num_inputs() > 3) {
+      OP_REQUIRES_OK(ctx, ScalarInput<int64_t>(ctx, 3, "batch_size",
+                                               &batch_size));
+      OP_REQUIRES(ctx, batch_size >= 0,
+                  tf::errors::InvalidArgument(
+                      "batch_size must be >= 0 (0: unknown), got ",
+                      batch_size));
+    }
+    const float scale =
+        StartScale(res->table()->config().optimizer, batch_size);
     const int64_t n = keys.dim_size(0);
     tf::Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, tf::TensorShape({n, dim_}),
@@ -37,7 +48,7 @@ class SparseTablePullOp : public tf::OpKernel {
     if (n == 0) return;
     const bool ok = res->table()->Pull(keys.flat<int64_t>().data(), n,
                                        training, out->flat<float>().data(),
-                                       MakeRunner(ctx));
+                                       MakeRunner(ctx), scale);
     if (!ok) {
       ctx->SetStatus(TableFailure(res->table(), "inserting rows"));
       return;
@@ -105,12 +116,23 @@ class SparseTablePushOp : public tf::OpKernel {
       }
       counts[k] = p;
     }
+    int64_t batch_size = 0;
+    if (ctx->num_inputs() > 7) {
+      OP_REQUIRES_OK(ctx, ScalarInput<int64_t>(ctx, 7, "batch_size",
+                                               &batch_size));
+      OP_REQUIRES(ctx, batch_size >= 0,
+                  tf::errors::InvalidArgument(
+                      "batch_size must be >= 0 (0: unknown), got ",
+                      batch_size));
+    }
     if (n == 0) return;
     const float* g = grads.flat<float>().data();
     OP_REQUIRES_OK(ctx, CheckFinite(g, n * dim_, "grads"));
     const bool ok = res->table()->Push(keys.flat<int64_t>().data(), n, g, lr,
                                        step, counts[0], counts[1],
-                                       MakeRunner(ctx), unique_keys_);
+                                       MakeRunner(ctx), unique_keys_,
+                                       StartScale(res->table()->config().optimizer,
+                                                  batch_size));
     if (!ok) {
       ctx->SetStatus(TableFailure(res->table(), "inserting rows"));
       return;
@@ -125,6 +147,11 @@ class SparseTablePushOp : public tf::OpKernel {
 REGISTER_KERNEL_BUILDER(Name("SparseTablePull").Device(tf::DEVICE_CPU),
                         SparseTablePullOp);
 REGISTER_KERNEL_BUILDER(Name("SparseTablePush").Device(tf::DEVICE_CPU),
+                        SparseTablePushOp);
+// The V2 ops add `batch_size` (the last input), read by the same kernels.
+REGISTER_KERNEL_BUILDER(Name("SparseTablePullV2").Device(tf::DEVICE_CPU),
+                        SparseTablePullOp);
+REGISTER_KERNEL_BUILDER(Name("SparseTablePushV2").Device(tf::DEVICE_CPU),
                         SparseTablePushOp);
 
 }  // namespace tnet

@@ -148,6 +148,65 @@ empty (each key then counts one show, no click). `step` is recorded in each
 row as its last update step (for TTL eviction).
 )doc");
 
+REGISTER_OP("SparseTablePullV2")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("training: bool")
+    .Input("batch_size: int64")
+    .Output("values: float")
+    .Attr("dim: int")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      ShapeHandle keys;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 2));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 3));
+      int64_t dim;
+      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
+      c->set_output(0, c->Matrix(c->Dim(keys, 0), dim));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+SparseTablePull with `batch_size`: the examples in the batch the keys come
+from (0: unknown). A row this pull inserts starts its accumulator at
+initial_accumulator_value * (start_reference_batch / batch_size)^2 when the
+table's start_reference_batch is > 0 and batch_size > 0 (rules.h,
+StartScale); otherwise at initial_accumulator_value.
+)doc");
+
+REGISTER_OP("SparseTablePushV2")
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("grads: float")
+    .Input("learning_rate: float")
+    .Input("step: int64")
+    .Input("shows: float")
+    .Input("clicks: float")
+    .Input("batch_size: int64")
+    .Attr("dim: int")
+    .Attr("unique_keys: bool = false")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) -> Status {
+      int64_t dim;
+      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
+      ShapeHandle keys, grads;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
+      TF_RETURN_IF_ERROR(RowsInput(c, 2, dim, &grads));
+      DimensionHandle unused;
+      TF_RETURN_IF_ERROR(c->Merge(c->Dim(keys, 0), c->Dim(grads, 0), &unused));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 3));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 4));
+      ShapeHandle v;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 1, &v));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(6), 1, &v));
+      TF_RETURN_IF_ERROR(ScalarInput(c, 7));
+      return ::tensorflow::OkStatus();
+    })
+    .Doc(R"doc(
+SparseTablePush with `batch_size`, as SparseTablePullV2: the rows it inserts
+start their accumulator scaled for that batch.
+)doc");
+
 REGISTER_OP("SparseTableSize")
     .Input("table: resource")
     .Output("size: int64")

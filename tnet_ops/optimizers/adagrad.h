@@ -1,7 +1,8 @@
 // Adagrad, element-wise, the same float arithmetic as
 // tf.raw_ops.ResourceSparseApplyAdagradV2 (update_slots=True):
 //   acc += g^2;  w -= lr * g / (sqrt(acc) + epsilon)
-// Slots: acc[dim], starting at initial_accumulator_value.
+// Slots: acc[dim], starting at initial_accumulator_value (times the
+// batch's StartScale, rules.h, when start_reference_batch is set).
 //
 // accumulator_floor, a hyperparameter of tnet's own (no Keras optimizer has
 // it; 0 by default, which is the update above exactly), makes a row's start
@@ -28,7 +29,8 @@ namespace tnet {
 struct Adagrad : RuleBase {
   static constexpr const char* kName = "adagrad";
   static constexpr const char* kHparams =
-      "initial_accumulator_value epsilon accumulator_floor";
+      "initial_accumulator_value epsilon accumulator_floor "
+      "start_reference_batch";
   static int NumSlots(int dim) { return dim; }
   template <typename Config>
   static std::string Check(const Config& c) {

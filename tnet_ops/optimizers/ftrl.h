@@ -22,7 +22,7 @@ struct Ftrl : RuleBase {
   static constexpr const char* kHparams =
       "learning_rate_power initial_accumulator_value "
       "l1_regularization_strength l2_regularization_strength "
-      "l2_shrinkage_regularization_strength beta";
+      "l2_shrinkage_regularization_strength beta start_reference_batch";
   // Apply divides by lr.
   static constexpr bool kNeedsPositiveLearningRate = true;
   static int NumSlots(int dim) { return 2 * dim; }

@@ -14,6 +14,7 @@
 #define TNET_OPS_OPTIMIZERS_RULES_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,7 +43,8 @@
   X(l2_regularization_strength, 0.0, kNonNegative)               \
   X(l2_shrinkage_regularization_strength, 0.0, kNonNegative)     \
   X(beta, 0.0, kNonNegative)                                     \
-  X(accumulator_floor, 0.0, kNonNegative)
+  X(accumulator_floor, 0.0, kNonNegative)                       \
+  X(start_reference_batch, 0.0, kNonNegative)
 
 namespace tnet {
 
@@ -165,6 +167,22 @@ inline std::string RuleNames() {
     out += r.first;
   }
   return out;
+}
+
+// The factor a new row's accumulator start (initial_accumulator_value) is
+// multiplied by when the row is inserted by a pull or push of a batch of
+// `batch_size` examples: (start_reference_batch / batch_size)^2. The start
+// is in squared-gradient units and a batch-mean loss scales each row's
+// gradient by 1 / batch_size, so a start chosen at the reference batch
+// gives a row the same first step at any batch size. 1 (the start as
+// given) when start_reference_batch is 0 (off) or the batch is unknown
+// (batch_size <= 0: a pull or push that does not say). Only the value
+// stored at insert changes: accumulators stay plain numbers.
+inline float StartScale(const OptimizerConfig& c, int64_t batch_size) {
+  if (c.start_reference_batch <= 0.0f || batch_size <= 0) return 1.0f;
+  const double r = static_cast<double>(c.start_reference_batch) /
+                   static_cast<double>(batch_size);
+  return static_cast<float>(r * r);
 }
 
 inline int NumSlotsFor(int rule, int dim) {

@@ -229,7 +229,7 @@ void TableShard::SetCounters(const int64_t* in) {
   cap_evicted_.store(in[4], std::memory_order_relaxed);
 }
 
-void TableShard::InitRow(char* row, int64_t key) {
+void TableShard::InitRow(char* row, int64_t key, float start_scale) {
   SetKey(row, key);
   // While changes are tracked, a new row is stamped above the mark so an
   // export since the mark finds it even if no push follows (a pull that
@@ -242,14 +242,16 @@ void TableShard::InitRow(char* row, int64_t key) {
   SetMeta(row, {stamp, 0.0f, 0.0f});
   InitializeRow(config_.initializer, key, config_.dim, WeightsOf(row));
   float* slots = SlotsOf(row);
-  const OptimizerConfig& oc = config_.optimizer;
+  OptimizerConfig oc = config_.optimizer;
+  oc.initial_accumulator_value *= start_scale;
   DispatchRule(oc.rule, [&](auto rule) {
     decltype(rule)::InitSlots(oc, config_.dim, slots);
   });
 }
 
 char* TableShard::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
-                                bool* inserted, bool init, uint32_t* id_out) {
+                                bool* inserted, bool init, uint32_t* id_out,
+                                float start_scale) {
   const RowArena& arena = s->arena;
   uint32_t id = s->index.Find(
       key, h, [&arena](uint32_t r) { return KeyOf(arena.Row(r)); });
@@ -262,7 +264,7 @@ char* TableShard::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
   if (id_out != nullptr) *id_out = id;
   char* row = s->arena.Row(id);
   if (init) {
-    InitRow(row, key);
+    InitRow(row, key, start_scale);
   } else {
     SetKey(row, key);
   }
@@ -274,7 +276,7 @@ char* TableShard::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
 
 char* TableShard::FindOrAdmit(Stripe* s, int64_t key, uint64_t h, float show,
                                float click, int64_t step, bool* ok,
-                               bool* fresh) {
+                               bool* fresh, float start_scale) {
   const RowArena& arena = s->arena;
   const uint32_t id = s->index.Find(
       key, h, [&arena](uint32_t r) { return KeyOf(arena.Row(r)); });
@@ -295,7 +297,8 @@ char* TableShard::FindOrAdmit(Stripe* s, int64_t key, uint64_t h, float show,
   }
   if (p != nullptr) s->pending.Erase(p);
   bool inserted = false;
-  char* row = FindOrInsert(s, key, h, ok, &inserted);
+  char* row = FindOrInsert(s, key, h, ok, &inserted, true, nullptr,
+                           start_scale);
   if (row == nullptr) return nullptr;
   SetMeta(row, {step, count, click});
   ++s->admitted;
@@ -488,7 +491,8 @@ static_assert(kRing > kPrefetchDistance && (kRing & (kRing - 1)) == 0, "");
 }  // namespace
 
 bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
-                       float* out, const ParallelRunner& run) {
+                       float* out, const ParallelRunner& run,
+                       float start_scale) {
   UninitVector<Item> items;
   std::vector<int64_t> off;
   GroupByStripe(keys, n, run, &items, &off);
@@ -539,7 +543,8 @@ bool TableShard::Pull(const int64_t* keys, int64_t n, bool training,
               row = arena.Row(c);
             } else if (training && !admission()) {
               bool inserted = false;
-              row = FindOrInsert(s, x.key, x.h, &ok, &inserted, true, &id);
+              row = FindOrInsert(s, x.key, x.h, &ok, &inserted, true, &id,
+                                 start_scale);
               if (inserted) {
                 ++s->admitted;
                 BumpMaxStamp(MetaOf(row).last_step);
@@ -576,7 +581,7 @@ template <typename Rule>
 bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
                                const float* grads, float lr, int64_t step,
                                const float* shows, const float* clicks, bool unique_keys,
-                               const ParallelRunner& run) {
+                               const ParallelRunner& run, float start_scale) {
   UninitVector<Item> items;
   std::vector<int64_t> off;
   UninitVector<uint32_t> pulled;  // the pull's row id per item, or empty
@@ -698,11 +703,12 @@ bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
             } else if (admission()) {
               bool fresh = false;
               row = FindOrAdmit(s, x.key, x.h, g.show, g.click, step, &ok,
-                                &fresh);
+                                &fresh, start_scale);
               if (row == nullptr || fresh) continue;
             } else {
               bool inserted = false;
-              row = FindOrInsert(s, x.key, x.h, &ok, &inserted);
+              row = FindOrInsert(s, x.key, x.h, &ok, &inserted, true,
+                                 nullptr, start_scale);
               if (row == nullptr) continue;
               if (inserted) ++s->admitted;
             }
@@ -731,7 +737,7 @@ bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
 bool TableShard::Push(const int64_t* keys, int64_t n, const float* grads,
                        float lr, int64_t step, const float* shows,
                        const float* clicks, const ParallelRunner& run,
-                       bool unique_keys) {
+                       bool unique_keys, float start_scale) {
   int64_t prev = max_step_.load(std::memory_order_relaxed);
   while (step > prev && !max_step_.compare_exchange_weak(prev, step)) {
   }
@@ -742,7 +748,8 @@ bool TableShard::Push(const int64_t* keys, int64_t n, const float* grads,
   }
   return DispatchRule(config_.optimizer.rule, [&](auto rule) {
     return PushWithRule<decltype(rule)>(keys, n, grads, lr, step, shows,
-                                        clicks, unique_keys, run);
+                                        clicks, unique_keys, run,
+                                        start_scale);
   });
 }
 

@@ -168,8 +168,10 @@ class TableShard {
   // (unless admission holds them back); otherwise missing keys read zeros
   // and nothing is inserted.
   // Returns false if memory ran out (the rows inserted so far stay).
+  // start_scale multiplies the accumulator start of the rows this pull
+  // inserts (StartScale in rules.h; 1: the start as configured).
   bool Pull(const int64_t* keys, int64_t n, bool training, float* out,
-            const ParallelRunner& run);
+            const ParallelRunner& run, float start_scale = 1.0f);
 
   // Applies the optimizer to each key's row, inserting missing keys first.
   // Duplicate keys are summed (gradient, shows, clicks) before the update.
@@ -179,7 +181,8 @@ class TableShard {
   // is skipped (a repeated key would then be updated once per occurrence).
   bool Push(const int64_t* keys, int64_t n, const float* grads, float lr,
             int64_t step, const float* shows, const float* clicks,
-            const ParallelRunner& run, bool unique_keys = false);
+            const ParallelRunner& run, bool unique_keys = false,
+            float start_scale = 1.0f);
 
   // Copies up to max_rows live rows starting at `cursor` (0 = start) and
   // returns the cursor to continue from, or -1 when the table is exhausted.
@@ -285,19 +288,21 @@ class TableShard {
   // *id (if given) is the row's id.
   char* FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
                      bool* inserted = nullptr, bool init = true,
-                     uint32_t* id = nullptr);
+                     uint32_t* id = nullptr, float start_scale = 1.0f);
   // Push path with admission: the row of key, or nullptr while the key is
   // not admitted (its pending count grows by show). *fresh: the row was
   // admitted by this call (no gradient must be applied).
   char* FindOrAdmit(Stripe* s, int64_t key, uint64_t h, float show,
-                    float click, int64_t step, bool* ok, bool* fresh);
+                    float click, int64_t step, bool* ok, bool* fresh,
+                    float start_scale);
   // Drops half of a full pending map (lowest count, then oldest, first).
   void DropPending(Stripe* s);
   // Frees the stripe's lowest-show rows if it is above its row cap; returns
   // how many. Caller holds the lock.
   int64_t EnforceCap(Stripe* s);
   bool admission() const { return config_.min_count > 1.0f; }
-  void InitRow(char* row, int64_t key);
+  // start_scale: the factor on the rule's accumulator start (StartScale).
+  void InitRow(char* row, int64_t key, float start_scale = 1.0f);
   // Change tracking helpers (see MarkChanges). tracking(): a mark is set.
   bool tracking() const {
     return mark_.load(std::memory_order_relaxed) >= 0;
@@ -353,7 +358,8 @@ class TableShard {
   template <typename Rule>
   bool PushWithRule(const int64_t* keys, int64_t n, const float* grads,
                     float lr, int64_t step, const float* shows,
-                    const float* clicks, bool unique_keys, const ParallelRunner& run);
+                    const float* clicks, bool unique_keys, const ParallelRunner& run,
+                    float start_scale);
 
   // Ends a locked stripe operation: adds the rows it inserted and admitted
   // to size_ and admitted_ (FindOrInsert and the admissions count them in
