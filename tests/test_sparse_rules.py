@@ -31,12 +31,16 @@ RULES_H = ROOT / "tnet_ops" / "optimizers" / "rules.h"
 # differs from Keras'), the Keras Adagrad's dense/rows split of that start
 # (and its epsilon, passed on to tf_keras), the Keras Adagrad's argument
 # for the rows' count-dependent start (no Keras optimizer has it, so it
-# is taken before tf_keras sees the rest), and LinearFeatures' wide
-# FTRL start. A name used anywhere else is a second list to keep in step.
+# is taken before tf_keras sees the rest), LinearFeatures' wide FTRL
+# start, and the rows' batch-aware start (start_reference_batch: a row
+# default differing from the attr's "off", None for off in Python, taken
+# before tf_keras sees the rest). A name used anywhere else is a second
+# list to keep in step.
 ALLOWED = {
-    "tnet/optimizer/sparse.py": {"initial_accumulator_value"},
+    "tnet/optimizer/sparse.py": {"initial_accumulator_value",
+                                 "start_reference_batch"},
     "tnet/optimizer/keras.py": {"initial_accumulator_value", "epsilon",
-                                "accumulator_floor"},
+                                "accumulator_floor", "start_reference_batch"},
     "tnet/layers/linear_features.py": {"initial_accumulator_value"},
 }
 

@@ -283,8 +283,17 @@ def parse_setting(setting: str):
     least L); then "/F" as above. (Commits ebe9c5c and before also read
     "A+I" and "A*W", two variants measured and left out: BENCHMARKS.md
     "Defaults".)
+    A suffix "@fixed" keeps the compiled Adagrad's row starts fixed
+    whatever the batch (start_reference_batch=None; without it they are
+    scaled from batch 256, the default; a wide part's own rule keeps its
+    default).
     Returns (side, adagrad_rows_start | None, ftrl_rows_start | None,
     {row-only Adagrad hyperparameters})."""
+    if setting.endswith("@fixed"):
+        side, acc, ftrl, row = parse_setting(setting[:-len("@fixed")])
+        if side != "tnet" or isinstance(ftrl, str):
+            raise SystemExit(f"{setting}: @fixed is a tnet setting's")
+        return side, acc, ftrl, {**row, "start_reference_batch": None}
     if setting in ("stock", "default"):
         return ("stock" if setting == "stock" else "tnet"), None, None, {}
     acc, _, ftrl = setting.partition("/")
@@ -350,9 +359,12 @@ def _sparse_heavy_data(seed: int, batches: int, val_batches: int):
 
 
 def criterion_run(case: str, setting: str, seed: int, early: bool,
-                  data_dir: str, batches: int = 64) -> dict:
+                  data_dir: str, batches: int = 64,
+                  train_batch: int | None = None) -> dict:
     """One model trained under criterion 1 (early=False: one pass) or 2
-    (early=True); returns {"auc": hold-out AUC, "epochs": epochs run,
+    (early=True); `train_batch` (criteo, avazu, multi_valued): the
+    training rows in batches of this size instead of 256; returns
+    {"auc": hold-out AUC, "epochs": epochs run,
     "best_epoch": (criterion 2) the epoch whose weights were kept}."""
     import numpy as np
     import tf_keras
@@ -428,6 +440,8 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
         else:
             raise SystemExit(f"unknown case {case!r}; one of {SWEEP_CASES}")
         train, val, hold = (data if early else (data[0], None, data[1]))
+        if train_batch:
+            train = train.unbatch().batch(train_batch)
         opt = user_models.optimizer("adagrad", side == "stock",
                                     accumulator=acc, row=row)
         if case.endswith("_wd") and side == "tnet":
@@ -455,7 +469,7 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
 
 
 def sweep(what: str, early: bool, cases, settings, seeds, jsonl: str,
-          data_dir: str) -> None:
+          data_dir: str, train_batch: int | None = None) -> None:
     """Every (case, setting, seed) in this one process; each result is
     appended to `jsonl` as it finishes (a rerun skips the done ones)."""
     import gc
@@ -476,7 +490,10 @@ def sweep(what: str, early: bool, cases, settings, seeds, jsonl: str,
                 if (case, setting, seed) in done:
                     continue
                 start = time.time()
-                r = criterion_run(case, setting, seed, early, data_dir)
+                r = criterion_run(case, setting, seed, early, data_dir,
+                                  train_batch=train_batch)
+                if train_batch:
+                    r["train_batch"] = train_batch
                 row = {"criterion": what, "case": case, "setting": setting,
                        "seed": seed, **r, "finite": math.isfinite(r["auc"]),
                        "seconds": round(time.time() - start, 1),
@@ -581,6 +598,10 @@ def main() -> None:
     p.add_argument("--settings", default="stock,default,0.1,0.03,0.01,1e-3,"
                    "1e-6", help="with --one_pass/--early_stopping: "
                    "stock | default | A | A/F (see parse_setting)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="with --one_pass/--early_stopping on criteo, avazu, "
+                   "multi_valued: train in batches of this many examples "
+                   "(default: the cases' 256)")
     p.add_argument("--what", default=None,
                    help="results name: bench/results/measure_defaults-"
                    "<what>-<date>.{json,md} (default: the criterion)")
@@ -601,7 +622,7 @@ def main() -> None:
             sweep(crit, args.early_stopping,
                   [c for c in args.cases.split(",")],
                   args.settings.split(","), list(range(args.seeds)), jsonl,
-                  args.data_dir)
+                  args.data_dir, args.batch)
         write_sweep(crit, what, jsonl, out, "python tools/measure_defaults.py "
                     + " ".join(sys.argv[1:]))
         return

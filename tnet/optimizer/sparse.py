@@ -265,6 +265,12 @@ WIDE_FTRL_INITIAL_ACCUMULATOR_VALUE = 1e-3
 # fixed whatever the batch.
 START_REFERENCE_BATCH = 256
 
+# Hyperparameters that decide only how rows inserted from now on start,
+# not what stored state means: a checkpoint written before one existed
+# restores exactly as with it (tnet.saving reads its absence as the
+# model's value, so no warning).
+INSERT_ONLY_HPARAMS = ("start_reference_batch",)
+
 
 class Adagrad(SparseRule):
     """Element-wise Adagrad, row for row as ResourceSparseApplyAdagradV2.

@@ -197,13 +197,15 @@ def _check_tables(tables: Dict[str, SparseTable], chain) -> None:
 def _with_later_hparams(saved, attrs):
     """A checkpoint's optimizer attrs, with each hyperparameter added to
     rules.h after it was written (absent from it, in the model's attrs)
-    read as its default: the rule ran with that value."""
+    read as its default: the rule ran with that value (an insert-only one
+    reads as the model's)."""
     if not isinstance(saved, dict):
         return saved
     from tnet.optimizer import sparse
     defaults = sparse.hparam_defaults()
-    return {**{k: defaults[k] for k in attrs
-               if k not in saved and k in defaults}, **saved}
+    later = {k: attrs[k] if k in sparse.INSERT_ONLY_HPARAMS else defaults[k]
+             for k in attrs if k not in saved and k in defaults}
+    return {**later, **saved}
 
 
 def _check_parts(cpath: str, manifest: Dict[str, Any],

@@ -185,6 +185,17 @@ inline float StartScale(const OptimizerConfig& c, int64_t batch_size) {
   return static_cast<float>(r * r);
 }
 
+// A new row's slots: the rule's InitSlots with the accumulator start
+// multiplied by start_scale (StartScale).
+inline void InitSlotsScaled(const OptimizerConfig& c, int dim,
+                            float start_scale, float* slots) {
+  OptimizerConfig scaled = c;
+  scaled.initial_accumulator_value *= start_scale;
+  DispatchRule(c.rule, [&](auto r) {
+    decltype(r)::InitSlots(scaled, dim, slots);
+  });
+}
+
 inline int NumSlotsFor(int rule, int dim) {
   return DispatchRule(rule, [dim](auto r) { return decltype(r)::NumSlots(dim); });
 }

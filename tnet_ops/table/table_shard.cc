@@ -241,12 +241,7 @@ void TableShard::InitRow(char* row, int64_t key, float start_scale) {
   if (mark >= 0 && stamp <= mark) stamp = mark + 1;
   SetMeta(row, {stamp, 0.0f, 0.0f});
   InitializeRow(config_.initializer, key, config_.dim, WeightsOf(row));
-  float* slots = SlotsOf(row);
-  OptimizerConfig oc = config_.optimizer;
-  oc.initial_accumulator_value *= start_scale;
-  DispatchRule(oc.rule, [&](auto rule) {
-    decltype(rule)::InitSlots(oc, config_.dim, slots);
-  });
+  InitSlotsScaled(config_.optimizer, config_.dim, start_scale, SlotsOf(row));
 }
 
 char* TableShard::FindOrInsert(Stripe* s, int64_t key, uint64_t h, bool* ok,
