@@ -237,7 +237,7 @@ def test_scan_finds_tnet_ops(tmp_path):
         input_signature=[tf.TensorSpec([None], tf.int64)])
     tf.saved_model.save(module, str(tmp_path / "raw"))
     found = export_lib.tnet_ops_in(str(tmp_path / "raw"))
-    assert "SparseTablePull" in found
+    assert "SparseTablePullV2" in found
 
 
 def test_scan_finds_custom_ops_of_any_name(tmp_path):
