@@ -34,7 +34,8 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # PYTHONPATH first
 
 WRAP = ("ExecutorState::Process", "KernelAndDeviceFunc::Run", "EagerLocalExecute")
-SPARSE = {"TnetUnique", "SparseTablePull", "SparseTablePush", "TnetEmbedCombine",
+SPARSE = {"TnetUnique", "SparseTablePull", "SparseTablePush",
+          "SparseTablePullV2", "SparseTablePushV2", "TnetEmbedCombine",
           "TnetEmbedCombineGrad", "TnetSegmentCombine", "TnetSegmentCombineGrad"}
 DNN = {"MatMul", "_FusedMatMul", "BiasAddGrad", "ReluGrad"}
 
@@ -84,12 +85,12 @@ def load(d):
 
 
 def group(name):
-    # The deep layer is called first, so its push is SparseTablePush and
-    # the wide one SparseTablePush_1 (other ops carry their layer scope).
+    # The deep layer is called first, so its push is SparseTablePushV2 and
+    # the wide one SparseTablePushV2_1 (other ops carry their layer scope).
     typ = name.rsplit(":", 1)[1]
     if typ in SPARSE:
         if typ.startswith("SparseTablePush"):
-            return f"sparse kernels: {typ}" + (" (wide)" if name.startswith("SparseTablePush_1") else " (deep)")
+            return f"sparse kernels: {typ}" + (" (wide)" if name.startswith(f"{typ}_1") else " (deep)")
         return f"sparse kernels: {typ}" + (" (wide)" if "wide/" in name else " (deep)")
     if typ in DNN:
         return "DNN: " + typ

@@ -75,8 +75,9 @@ def sum_rows(values, indices, num_rows):
 # gradient of a whole traced call (a model revived by load_model) does
 # not stop at them: such a model's training trace then refuses to train
 # with a clear message (_refuse_training_in_savedmodel).
-for _op in ("SparseTablePull", "TnetUnique", "TnetShardOrder", "TnetRowIds",
-            "TnetCompactIds", "TnetFlattenKeys"):
+for _op in ("SparseTablePull", "SparseTablePullV2", "TnetUnique",
+            "TnetShardOrder", "TnetRowIds", "TnetCompactIds",
+            "TnetFlattenKeys"):
     tf.no_gradient(_op)
 
 
