@@ -27,7 +27,6 @@ Feature lifecycle (all of it runs inside each shard, on its ps):
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import tempfile
@@ -42,8 +41,9 @@ from tnet.optimizer import keras as keras_opt
 from tnet.table_options import (DEFAULT_STDDEV, _check_lifecycle,  # noqa: F401
                                 _check_tier, _global_seed,
                                 _initializer_attrs, _stripes_for)
-from tnet.table_routing import (RowBatch, RowRoute, _partition_rows,
-                                _rows_check, _stitch_rows)
+from tnet.table_routing import (RowBatch, RowRoute, _batch_size,
+                                _partition_rows, _rows_check, _shard_op,
+                                _stitch_rows)
 
 _INT64_MAX = 2**63 - 1
 
@@ -60,51 +60,9 @@ STATS_FIELDS = ("rows", "admitted", "rejected", "evicted", "bytes", "pending",
                 "tier_disk_bytes", "tier_writebacks")
 
 
-def _batch_size(batch_size) -> tf.Tensor:
-    """A pull's or push's `batch_size` as the op's int64 scalar (0: None,
-    unknown: the rows it inserts start as the rule gives)."""
-    if batch_size is None:
-        return tf.constant(0, tf.int64)
-    return tf.cast(batch_size, tf.int64)
-
-
 def hit_rate(lookups: int, misses: int, idle: float = 1.0) -> float:
     """The share of a tier's lookups served from memory; `idle` if none."""
     return 1.0 - misses / lookups if lookups > 0 else idle
-
-
-@functools.lru_cache(maxsize=None)
-def _traced_op(op, attrs: tuple, specs: tuple):
-    """`op(handle, *args, **attrs)` as a tf.function of (handle, *args)."""
-    kwargs = dict(attrs)
-
-    @tf.function(input_signature=[tf.TensorSpec([], tf.resource), *specs],
-                 autograph=False)
-    def call(handle, *args):
-        out = op(handle, *args, **kwargs)
-        # An op without outputs (import) runs as part of the call.
-        return None if isinstance(out, tf.Operation) else out
-    return call
-
-
-def _shard_op(op, handle, *args, **attrs):
-    """Runs a table op on one shard; eagerly, through a traced function.
-
-    Why: under ParameterServerStrategy a bare eager op on a ps-placed shard
-    whose inputs come from the chief (a cursor, a flag, a step) leaves
-    about 1-10 KB on that ps per call that is never given back (measured:
-    `mark_changes` 2-4 KB, a chunked export ~10 KB; an op whose only input
-    is the handle, like `size`, leaves nothing). Called as a function (one
-    trace per op, attrs and input ranks; the op is placed with its
-    resource) it leaves nothing, so periodic work (checkpoints, eviction,
-    stats) keeps every ps flat (BENCHMARKS.md, Reliability: checkpoint
-    memory). Inside a tf.function the op is just added to the graph.
-    """
-    if tf.inside_function():
-        return op(handle, *args, **attrs)
-    args = [tf.convert_to_tensor(a) for a in args]
-    specs = tuple(tf.TensorSpec([None] * a.shape.rank, a.dtype) for a in args)
-    return _traced_op(op, tuple(sorted(attrs.items())), specs)(handle, *args)
 
 
 class _TableShard(tf.saved_model.experimental.TrackableResource):
@@ -359,12 +317,10 @@ class SparseTable(tf.Module):
         Args:
           keys: int64 keys (or ids of the table's key dtype), any shape.
           training: insert missing keys (True) or read zeros (False).
-          batch_size: the number of examples the keys come from (not the
-            number of keys), or None. With the rule's
-            `start_reference_batch` set, a row this call inserts starts
-            its accumulator at the start times (reference / batch_size)^2;
-            None starts it at the start as given. `tn.Model` passes its
-            batch's examples.
+          batch_size: the examples the keys come from (not the keys), or
+            None: a row this call inserts starts its accumulator at the
+            rule's start x (start_reference_batch / batch_size)^2 (None:
+            the start as given). `tn.Model` passes its batch's examples.
 
         Example:
             ```python

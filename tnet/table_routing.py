@@ -2,9 +2,11 @@
 (which keys go to which shard, `SparseTable.route` / `shard_order`), the
 rows split the same way (`_partition_rows`) and put back in the keys'
 order (`_stitch_rows`), and `RowBatch` (a pull's rows and the route a
-push reuses)."""
+push reuses), the examples behind a pull or push (`_batch_size`), and how
+one op runs on one shard outside a graph (`_shard_op`)."""
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple, Optional
 
 import tensorflow as tf
@@ -79,3 +81,45 @@ class RowBatch(NamedTuple):
     @property
     def keys(self) -> tf.Tensor:
         return self.route.keys
+
+
+def _batch_size(batch_size) -> tf.Tensor:
+    """A pull's or push's `batch_size` as the op's int64 scalar (0: None,
+    unknown: the rows it inserts start as the rule gives)."""
+    if batch_size is None:
+        return tf.constant(0, tf.int64)
+    return tf.cast(batch_size, tf.int64)
+
+
+@functools.lru_cache(maxsize=None)
+def _traced_op(op, attrs: tuple, specs: tuple):
+    """`op(handle, *args, **attrs)` as a tf.function of (handle, *args)."""
+    kwargs = dict(attrs)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.resource), *specs],
+                 autograph=False)
+    def call(handle, *args):
+        out = op(handle, *args, **kwargs)
+        # An op without outputs (import) runs as part of the call.
+        return None if isinstance(out, tf.Operation) else out
+    return call
+
+
+def _shard_op(op, handle, *args, **attrs):
+    """Runs a table op on one shard; eagerly, through a traced function.
+
+    Why: under ParameterServerStrategy a bare eager op on a ps-placed shard
+    whose inputs come from the chief (a cursor, a flag, a step) leaves
+    about 1-10 KB on that ps per call that is never given back (measured:
+    `mark_changes` 2-4 KB, a chunked export ~10 KB; an op whose only input
+    is the handle, like `size`, leaves nothing). Called as a function (one
+    trace per op, attrs and input ranks; the op is placed with its
+    resource) it leaves nothing, so periodic work (checkpoints, eviction,
+    stats) keeps every ps flat (BENCHMARKS.md, Reliability: checkpoint
+    memory). Inside a tf.function the op is just added to the graph.
+    """
+    if tf.inside_function():
+        return op(handle, *args, **attrs)
+    args = [tf.convert_to_tensor(a) for a in args]
+    specs = tuple(tf.TensorSpec([None] * a.shape.rank, a.dtype) for a in args)
+    return _traced_op(op, tuple(sorted(attrs.items())), specs)(handle, *args)
