@@ -202,6 +202,29 @@ def push_case(draw) -> dict:
     }, "attrs": {"dim": draw(_dim(h))}}
 
 
+# The V2 pull and push: the same inputs plus the batch's example count
+# (0: unknown), which scales the accumulator start of the rows they insert.
+BATCH_SIZES, BAD_BATCH_SIZES = [0, 1, 64, 4096, I64_MAX], [-1, I64_MIN]
+
+
+@st.composite
+def pull_v2_case(draw) -> dict:
+    case = draw(pull_case())
+    case["op"] = "SparseTablePullV2"
+    case["args"]["batch_size"] = draw(scalar("int64", BATCH_SIZES,
+                                             BAD_BATCH_SIZES))
+    return case
+
+
+@st.composite
+def push_v2_case(draw) -> dict:
+    case = draw(push_case())
+    case["op"] = "SparseTablePushV2"
+    case["args"]["batch_size"] = draw(scalar("int64", BATCH_SIZES,
+                                             BAD_BATCH_SIZES))
+    return case
+
+
 CURSORS = [0, -1, "last", "last", 1, 2**40, (63 << 40) | 5, 2**40 - 1]
 BAD_CURSORS = [(64 << 40), I64_MAX, I64_MIN, -2]
 MAX_ROWS = [0, 1, 7, 1000, I64_MAX, 2**40]
@@ -727,6 +750,8 @@ TARGETED = {
     "SparseTableHandle": handle_case(),
     "SparseTablePull": pull_case(),
     "SparseTablePush": push_case(),
+    "SparseTablePullV2": pull_v2_case(),
+    "SparseTablePushV2": push_v2_case(),
     "SparseTableExport": export_case(),
     "SparseTableExportSince": export_since_case(),
     "SparseTableMarkChanges": mark_changes_case(),

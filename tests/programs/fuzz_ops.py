@@ -194,7 +194,7 @@ def _check_success(case: dict, out, pool: Pool) -> None:
             if rows.shape != (3, case["attrs"]["dim"]):
                 raise BadOutcome(f"pull from a new table: shape {rows.shape}")
         tf.raw_ops.DestroyResourceOp(resource=out, ignore_lookup_error=True)
-    elif op == "SparseTablePull":
+    elif op in ("SparseTablePull", "SparseTablePullV2"):
         n = int(np.prod(args["keys"]["shape"]))
         if tuple(out.shape) != (n, pool.dims[h]):
             raise BadOutcome(f"pull output {out.shape}, want {(n, pool.dims[h])}")
