@@ -12,6 +12,25 @@ namespace tnet {
 
 namespace tf = ::tensorflow;
 
+namespace {
+
+// The V2 ops' `batch_size` input at `index` (>= 0; 0: unknown); 0 for the
+// V1 ops, which have no such input.
+tf::Status BatchSizeInput(tf::OpKernelContext* ctx, int index,
+                          int64_t* batch_size) {
+  *batch_size = 0;
+  if (ctx->num_inputs() <= index) return tf::OkStatus();
+  TF_RETURN_IF_ERROR(
+      ScalarInput<int64_t>(ctx, index, "batch_size", batch_size));
+  if (*batch_size < 0) {
+    return tf::errors::InvalidArgument(
+        "batch_size must be >= 0 (0: unknown), got ", *batch_size);
+  }
+  return tf::OkStatus();
+}
+
+}  // namespace
+
 class SparseTablePullOp : public tf::OpKernel {
  public:
   explicit SparseTablePullOp(tf::OpKernelConstruction* ctx)
@@ -31,14 +50,7 @@ class SparseTablePullOp : public tf::OpKernel {
     bool training = false;
     OP_REQUIRES_OK(ctx, ScalarInput<bool>(ctx, 2, "training", &training));
     int64_t batch_size = 0;
-    if (ctx->num_inputs() > 3) {
-      OP_REQUIRES_OK(ctx, ScalarInput<int64_t>(ctx, 3, "batch_size",
-                                               &batch_size));
-      OP_REQUIRES(ctx, batch_size >= 0,
-                  tf::errors::InvalidArgument(
-                      "batch_size must be >= 0 (0: unknown), got ",
-                      batch_size));
-    }
+    OP_REQUIRES_OK(ctx, BatchSizeInput(ctx, 3, &batch_size));
     const float scale =
         StartScale(res->table()->config().optimizer, batch_size);
     const int64_t n = keys.dim_size(0);
@@ -117,14 +129,7 @@ class SparseTablePushOp : public tf::OpKernel {
       counts[k] = p;
     }
     int64_t batch_size = 0;
-    if (ctx->num_inputs() > 7) {
-      OP_REQUIRES_OK(ctx, ScalarInput<int64_t>(ctx, 7, "batch_size",
-                                               &batch_size));
-      OP_REQUIRES(ctx, batch_size >= 0,
-                  tf::errors::InvalidArgument(
-                      "batch_size must be >= 0 (0: unknown), got ",
-                      batch_size));
-    }
+    OP_REQUIRES_OK(ctx, BatchSizeInput(ctx, 7, &batch_size));
     if (n == 0) return;
     const float* g = grads.flat<float>().data();
     OP_REQUIRES_OK(ctx, CheckFinite(g, n * dim_, "grads"));

@@ -40,6 +40,36 @@ Status RowsInput(InferenceContext* c, int i, int64_t dim, ShapeHandle* out) {
   return c->WithValue(c->Dim(*out, 1), dim, &unused);
 }
 
+// SparseTablePull(V2) and SparseTablePush(V2): the V2 ops add one scalar
+// input, batch_size, after the V1 inputs.
+Status PullShape(InferenceContext* c) {
+  ShapeHandle keys;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
+  TF_RETURN_IF_ERROR(ScalarInput(c, 2));
+  if (c->num_inputs() > 3) TF_RETURN_IF_ERROR(ScalarInput(c, 3));
+  int64_t dim;
+  TF_RETURN_IF_ERROR(DimAttr(c, &dim));
+  c->set_output(0, c->Matrix(c->Dim(keys, 0), dim));
+  return ::tensorflow::OkStatus();
+}
+
+Status PushShape(InferenceContext* c) {
+  int64_t dim;
+  TF_RETURN_IF_ERROR(DimAttr(c, &dim));
+  ShapeHandle keys, grads;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
+  TF_RETURN_IF_ERROR(RowsInput(c, 2, dim, &grads));
+  DimensionHandle unused;
+  TF_RETURN_IF_ERROR(c->Merge(c->Dim(keys, 0), c->Dim(grads, 0), &unused));
+  TF_RETURN_IF_ERROR(ScalarInput(c, 3));
+  TF_RETURN_IF_ERROR(ScalarInput(c, 4));
+  ShapeHandle v;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 1, &v));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(6), 1, &v));
+  if (c->num_inputs() > 7) TF_RETURN_IF_ERROR(ScalarInput(c, 7));
+  return ::tensorflow::OkStatus();
+}
+
 // `.Attr("epsilon: float = 1e-7")` for each hyperparameter of rules.h.
 #define TNET_HPARAM_ATTR(name, value, range) .Attr(#name ": float = " #value)
 
@@ -98,15 +128,7 @@ REGISTER_OP("SparseTablePull")
     .Output("values: float")
     .Attr("dim: int")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) -> Status {
-      ShapeHandle keys;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
-      TF_RETURN_IF_ERROR(ScalarInput(c, 2));
-      int64_t dim;
-      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
-      c->set_output(0, c->Matrix(c->Dim(keys, 0), dim));
-      return ::tensorflow::OkStatus();
-    })
+    .SetShapeFn(PullShape)
     .Doc(R"doc(
 Reads the rows of `keys`. training=true inserts missing keys (weights from
 the key-seeded initializer); training=false inserts nothing and returns zeros
@@ -124,21 +146,7 @@ REGISTER_OP("SparseTablePush")
     .Attr("dim: int")
     .Attr("unique_keys: bool = false")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) -> Status {
-      int64_t dim;
-      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
-      ShapeHandle keys, grads;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
-      TF_RETURN_IF_ERROR(RowsInput(c, 2, dim, &grads));
-      DimensionHandle unused;
-      TF_RETURN_IF_ERROR(c->Merge(c->Dim(keys, 0), c->Dim(grads, 0), &unused));
-      TF_RETURN_IF_ERROR(ScalarInput(c, 3));
-      TF_RETURN_IF_ERROR(ScalarInput(c, 4));
-      ShapeHandle v;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 1, &v));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(6), 1, &v));
-      return ::tensorflow::OkStatus();
-    })
+    .SetShapeFn(PushShape)
     .Doc(R"doc(
 Applies the table's optimizer to the rows of `keys` with `grads` [N, dim].
 Duplicate keys are summed first (unique_keys = true: the caller promises
@@ -156,16 +164,7 @@ REGISTER_OP("SparseTablePullV2")
     .Output("values: float")
     .Attr("dim: int")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) -> Status {
-      ShapeHandle keys;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
-      TF_RETURN_IF_ERROR(ScalarInput(c, 2));
-      TF_RETURN_IF_ERROR(ScalarInput(c, 3));
-      int64_t dim;
-      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
-      c->set_output(0, c->Matrix(c->Dim(keys, 0), dim));
-      return ::tensorflow::OkStatus();
-    })
+    .SetShapeFn(PullShape)
     .Doc(R"doc(
 SparseTablePull with `batch_size`: the examples in the batch the keys come
 from (0: unknown). A row this pull inserts starts its accumulator at
@@ -186,22 +185,7 @@ REGISTER_OP("SparseTablePushV2")
     .Attr("dim: int")
     .Attr("unique_keys: bool = false")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) -> Status {
-      int64_t dim;
-      TF_RETURN_IF_ERROR(DimAttr(c, &dim));
-      ShapeHandle keys, grads;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &keys));
-      TF_RETURN_IF_ERROR(RowsInput(c, 2, dim, &grads));
-      DimensionHandle unused;
-      TF_RETURN_IF_ERROR(c->Merge(c->Dim(keys, 0), c->Dim(grads, 0), &unused));
-      TF_RETURN_IF_ERROR(ScalarInput(c, 3));
-      TF_RETURN_IF_ERROR(ScalarInput(c, 4));
-      ShapeHandle v;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(5), 1, &v));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(6), 1, &v));
-      TF_RETURN_IF_ERROR(ScalarInput(c, 7));
-      return ::tensorflow::OkStatus();
-    })
+    .SetShapeFn(PushShape)
     .Doc(R"doc(
 SparseTablePush with `batch_size`, as SparseTablePullV2: the rows it inserts
 start their accumulator scaled for that batch.
