@@ -207,22 +207,16 @@ def push_case(draw) -> dict:
 BATCH_SIZES, BAD_BATCH_SIZES = [0, 1, 64, 4096, I64_MAX], [-1, I64_MIN]
 
 
-@st.composite
-def pull_v2_case(draw) -> dict:
-    case = draw(pull_case())
-    case["op"] = "SparseTablePullV2"
-    case["args"]["batch_size"] = draw(scalar("int64", BATCH_SIZES,
-                                             BAD_BATCH_SIZES))
-    return case
-
-
-@st.composite
-def push_v2_case(draw) -> dict:
-    case = draw(push_case())
-    case["op"] = "SparseTablePushV2"
-    case["args"]["batch_size"] = draw(scalar("int64", BATCH_SIZES,
-                                             BAD_BATCH_SIZES))
-    return case
+def _v2_case(v1_case, op: str) -> st.SearchStrategy:
+    """`v1_case`'s cases as `op`'s: the same inputs plus batch_size."""
+    @st.composite
+    def case(draw) -> dict:
+        out = draw(v1_case)
+        out["op"] = op
+        out["args"]["batch_size"] = draw(scalar("int64", BATCH_SIZES,
+                                                BAD_BATCH_SIZES))
+        return out
+    return case()
 
 
 CURSORS = [0, -1, "last", "last", 1, 2**40, (63 << 40) | 5, 2**40 - 1]
@@ -750,8 +744,8 @@ TARGETED = {
     "SparseTableHandle": handle_case(),
     "SparseTablePull": pull_case(),
     "SparseTablePush": push_case(),
-    "SparseTablePullV2": pull_v2_case(),
-    "SparseTablePushV2": push_v2_case(),
+    "SparseTablePullV2": _v2_case(pull_case(), "SparseTablePullV2"),
+    "SparseTablePushV2": _v2_case(push_case(), "SparseTablePushV2"),
     "SparseTableExport": export_case(),
     "SparseTableExportSince": export_since_case(),
     "SparseTableMarkChanges": mark_changes_case(),
