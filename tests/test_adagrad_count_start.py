@@ -12,8 +12,8 @@ import pytest
 import tnet as tn  # noqa: I001  (before tensorflow: selects tf_keras)
 
 from tests.programs.ckpt_train import CATS
-from tests.support.ckpt import (assert_same_tables, dataset, dense_state,
-                                quiet, snapshot)
+from tests.support.ckpt import (dataset, quiet, resumed_equals_whole,
+                                snapshot)
 
 VOCAB = 30
 DIM = 5
@@ -158,20 +158,7 @@ def _model():
 def test_checkpointed_run_goes_on_as_the_uninterrupted_one(tmp_path):
     """k steps, save, restore into a fresh model, m steps == k + m steps:
     every row's accumulator (and with it its count) comes back."""
-    whole = _model()
-    whole.fit(dataset(320, 0), verbose=0)
-    whole.fit(dataset(320, 1), verbose=0)
-
-    first = _model()
-    first.fit(dataset(320, 0), verbose=0)
-    tn.saving.save(first, tmp_path, progress=quiet)
-    resumed = _model()
-    tn.saving.restore(resumed, tmp_path, progress=quiet)
-    resumed.fit(dataset(320, 1), verbose=0)
-
-    assert_same_tables(snapshot(whole), snapshot(resumed))
-    for a, b in zip(dense_state(whole), dense_state(resumed)):
-        assert a.tobytes() == b.tobytes()
+    resumed = resumed_equals_whole(_model, tmp_path)
     # The floor acted: no row of the deep table is below it after training.
     acc = snapshot(resumed)["embedding"][2]
     assert acc.size and acc.min() >= np.float32(1e-3)

@@ -22,7 +22,7 @@ import tf_keras
 
 from tnet import feature_column as fc
 from tests.support.ckpt import (assert_same_tables, dataset, dense_state,
-                                quiet, snapshot)
+                                quiet, resumed_equals_whole, snapshot)
 from tests.programs.ckpt_train import CATS
 
 LR = 0.1
@@ -212,20 +212,7 @@ def test_checkpointed_run_goes_on_as_the_uninterrupted_one(tmp_path):
     """Batch 64 (scale 16 on every new row): k steps, save, restore into
     a fresh model, m steps == k + m steps, bit for bit (new rows after the
     restore start from the same scaled value)."""
-    whole = _wide_deep()
-    whole.fit(dataset(320, 0), verbose=0)
-    whole.fit(dataset(320, 1), verbose=0)
-
-    first = _wide_deep()
-    first.fit(dataset(320, 0), verbose=0)
-    tn.saving.save(first, tmp_path, progress=quiet)
-    resumed = _wide_deep()
-    tn.saving.restore(resumed, tmp_path, progress=quiet)
-    resumed.fit(dataset(320, 1), verbose=0)
-
-    assert_same_tables(snapshot(whole), snapshot(resumed))
-    for a, b in zip(dense_state(whole), dense_state(resumed)):
-        assert a.tobytes() == b.tobytes()
+    resumed_equals_whole(_wide_deep, tmp_path)
 
 
 def test_a_checkpoint_from_before_the_setting_restores_without_warning(
