@@ -232,36 +232,105 @@ def test_deltas_load_without_tensorflow(tmp_path):
     assert "tnet.SparseTable needs TensorFlow" in got["needs"]
 
 
-@pytest.mark.parametrize("argv,task", [
-    (["python", "-m", "tnet.server"], True),
-    (["python", "-u", "-m", "tnet.server", "--verbosity=1"], True),
-    (["python", "-X", "importtime", "-W", "ignore", "-m", "tnet.server"], True),
-    (["python", "-mtnet.server"], True),
-    (["python", "-m", "tnet.train"], False),
-    (["python", "-m", "tnet.server_check"], False),
-    (["python", "job.py", "-m", "tnet.server"], False),
-    (["python", "-c", "import tnet", "-m", "tnet.server"], False),
-    (["python"], False),
+@pytest.mark.parametrize("argv,module", [
+    (["python", "-m", "tnet.server"], "tnet.server"),
+    (["python", "-u", "-m", "tnet.server", "--verbosity=1"], "tnet.server"),
+    (["python", "-X", "importtime", "-W", "ignore", "-m", "tnet.server"],
+     "tnet.server"),
+    (["python", "-mtnet.server"], "tnet.server"),
+    (["python", "-m", "tnet.train", "--model=dcn"], "tnet.train"),
+    (["python", "-m", "tnet.server_check"], "tnet.server_check"),
+    (["python", "job.py", "-m", "tnet.server"], ""),
+    (["python", "-c", "import tnet", "-m", "tnet.server"], ""),
+    (["python", "-m"], ""),
+    (["python"], ""),
 ])
-def test_only_python_m_tnet_server_is_a_task_server(monkeypatch, argv, task):
+def test_the_module_python_was_started_to_run(monkeypatch, argv, module):
     import tnet  # noqa: PLC0415
     monkeypatch.setattr(sys, "orig_argv", argv)
-    assert tnet._runs_as_task_server() is task
+    assert tnet._main_module() == module
+    assert tnet._runs_as_task_server() is (module == "tnet.server")
+
+
+def _imported(args):
+    """(exit status, output, the modules `python -X importtime ARGS`
+    imported)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    res = subprocess.run([sys.executable, "-X", "importtime", *args],
+                         capture_output=True, text=True, timeout=120, env=env)
+    lines = res.stderr.splitlines()
+    imported = {line.rsplit("|", 1)[1].strip() for line in lines
+                if line.startswith("import time:")}
+    said = "\n".join(line for line in lines
+                     if not line.startswith("import time:"))
+    return res.returncode, res.stdout + said, imported
+
+
+@pytest.mark.parametrize("args,status,says", [
+    (["-m", "tnet.train", "--helpfull"], 1, "--feature_spec"),  # absl's 1
+    (["-m", "tnet.train", "--batch_sise=8"], 2,
+     "tnet.train: Unknown command line flag 'batch_sise'"),
+    (["-m", "tnet.train", "--days=1..2"], 2,
+     "tnet.train: --days needs --feature_spec"),
+    (["-m", "tnet.train", "--stream=in", "--feature_spec=s.json",
+      "--stream_poll_secs=0"], 2, "--stream_poll_secs must be > 0"),
+    (["-m", "tnet.launch", "--psx", "1", "--", "true"], 2,
+     "unrecognized arguments"),
+])
+def test_a_cli_answers_its_flags_before_tensorflow_loads(args, status, says):
+    """`python -m tnet.train` and `tnet.launch`: --help, a bad flag and a
+    flag combination that cannot work answer without loading TensorFlow
+    (a TensorFlow start is ~2.5 s of CPU; a typo should not cost it)."""
+    code, out, imported = _imported(args)
+    assert code == status, out[-3000:]
+    assert says in out
+    assert not {m for m in imported
+                if m.split(".")[0] in ("tensorflow", "tf_keras", "keras")}
+
+
+_FLAGS_FIRST_THEN_LOAD = r"""
+import json, sys
+sys.orig_argv = [sys.executable, "-m", "tnet.train"]
+import tnet as tn
+light = sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow",
+                                                             "tf_keras"))
+tn._load()
+from tensorflow.python.autograph.core import config
+print(json.dumps({
+    "light": light, "missing": [n for n in tn.__all__ if not hasattr(tn, n)],
+    "saving": hasattr(tn.saving, "export_for_serving"),
+    "autograph": any(isinstance(r, config.DoNotConvert) and r.matches("tnet")
+                     for r in config.CONVERSION_RULES)}))
+"""
+
+
+def test_a_flags_first_cli_loads_what_import_tnet_loads():
+    """Run as `python -m tnet.train`, `import tnet` loads no TensorFlow;
+    once the flags are good, `tn._load()` gives every name `import tnet`
+    gives, the serving names under tn.saving, and AutoGraph leaves tnet
+    alone (each fails if `_load` misses one)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    res = subprocess.run([sys.executable, "-c", _FLAGS_FIRST_THEN_LOAD],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    assert got == {"light": [], "missing": [], "saving": True,
+                   "autograph": True}
+
+
+def test_the_cli_optimizer_choices_are_tnets_optimizers():
+    from tnet.cli.config import OPTIMIZERS  # noqa: PLC0415
+    import tnet as tn  # noqa: PLC0415
+    assert list(OPTIMIZERS) == tn.optimizer.names()
 
 
 def test_a_task_server_loads_neither_keras_nor_tnets_layers():
     """`python -m tnet.server` (a ps or worker task) loads TensorFlow, the
     op library and tnet.distribute: no tf_keras, no tnet layer or callback
     (each task starts with ~1 s less CPU and ~85 MB less memory)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-    res = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "tnet.server", "--help"],
-        capture_output=True, text=True, timeout=120, env=env)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert "usage: python -m tnet.server" in res.stdout
-    imported = {line.rsplit("|", 1)[1].strip()
-                for line in res.stderr.splitlines()
-                if line.startswith("import time:")}
+    code, out, imported = _imported(["-m", "tnet.server", "--help"])
+    assert code == 0, out[-3000:]
+    assert "usage: python -m tnet.server" in out
     assert {"tensorflow", "tnet._ops", "tnet.distribute"} <= imported
     assert not {m for m in imported if m.split(".")[0] in ("tf_keras", "keras")}
     assert not {"tnet.layers", "tnet.callbacks", "tnet.model"} & imported

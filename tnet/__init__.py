@@ -52,23 +52,36 @@ def _tensorflow_importable() -> bool:
 _WITH_TENSORFLOW = _tensorflow_importable()
 
 
-def _runs_as_task_server() -> bool:
-    """Whether this Python was started as `python -m tnet.server` (a ps or
-    worker task: it runs the graphs the chief sends, never Keras or a tnet
-    layer). Any other command line, or one it cannot read, is not."""
+def _main_module() -> str:
+    """The module Python was started to run (`python -m NAME` or `-mNAME`),
+    or "" for a script, `-c`, an interactive session or a command line it
+    cannot read."""
     argv = list(getattr(_sys, "orig_argv", ()))[1:]
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg == "-m":
-            return argv[i + 1:i + 2] == ["tnet.server"]
+            return argv[i + 1] if i + 1 < len(argv) else ""
         if arg.startswith("-m"):
-            return arg[2:] == "tnet.server"
+            return arg[2:]
         if arg == "-c" or not arg.startswith("-"):
-            return False
+            return ""
         i += 2 if arg in ("-X", "-W") else 1   # options with a value
-    return False
+    return ""
 
+
+def _runs_as_task_server() -> bool:
+    """Whether this Python was started as `python -m tnet.server` (a ps or
+    worker task: it runs the graphs the chief sends, never Keras or a tnet
+    layer)."""
+    return _main_module() == "tnet.server"
+
+
+# Command-line tools that read their flags before they need TensorFlow:
+# `--help`, a bad flag or a bad flag combination answers at once, and the
+# job loads everything (`_load`) once its flags are good. tnet.launch
+# never needs TensorFlow: it only starts processes.
+_FLAGS_FIRST = ("tnet.train", "tnet.launch")
 
 if _WITH_TENSORFLOW and _runs_as_task_server():
     # A ps or worker task loads TensorFlow, the op library and
@@ -88,28 +101,28 @@ if _WITH_TENSORFLOW and _runs_as_task_server():
             del _sys.modules["tf_keras.src.optimizers"]
     __all__ = ["bind", "distribute", "log"]
 elif _WITH_TENSORFLOW:
-    with log.hold_startup_chatter(log.quiet_tensorflow()):
-        from tnet import bind  # noqa: E402
-        from tnet import callbacks  # noqa: E402
-        from tnet import data  # noqa: E402
-        from tnet import distribute  # noqa: E402
-        from tnet import feature_column  # noqa: E402
-        from tnet import layers  # noqa: E402
-        from tnet import model  # noqa: E402
-        from tnet import models  # noqa: E402
-        from tnet import monitoring  # noqa: E402
-        from tnet import optimizer  # noqa: E402
-        from tnet import saving  # noqa: E402
-        from tnet import serving  # noqa: E402
-        from tnet.model import Model  # noqa: E402
-        from tnet.table import SparseTable  # noqa: E402
-
-    # The serving names that lived in tn.saving before tn.serving existed
-    # keep working there (set here: tnet.saving never imports tnet.serving).
-    for _name in ("export_for_serving", "ExportWriteError", "publish_delta",
-                  "DeltaError"):
-        setattr(saving, _name, getattr(serving, _name))
-    del _name
+    def _load() -> None:
+        """Loads TensorFlow, Keras and every tnet module, once: at import,
+        or for a flags-first tool (`_FLAGS_FIRST`) when its flags are
+        good or a name below is first used."""
+        global _loaded, Model, SparseTable  # noqa: PLW0603
+        if _loaded:
+            return
+        _loaded = True
+        import importlib  # noqa: PLC0415
+        with log.hold_startup_chatter(log.quiet_tensorflow()):
+            for _name in __all__:
+                if _name != "log" and _name[0].islower():
+                    importlib.import_module(f"tnet.{_name}")
+            from tnet.model import Model  # noqa: PLC0415
+            from tnet.table import SparseTable  # noqa: PLC0415
+        # The serving names that lived in tn.saving before tn.serving
+        # existed keep working there (set here: tnet.saving never imports
+        # tnet.serving).
+        for _name in ("export_for_serving", "ExportWriteError",
+                      "publish_delta", "DeltaError"):
+            setattr(saving, _name, getattr(serving, _name))  # noqa: F821
+        _autograph_leaves_tnet_alone()
 
     def _autograph_leaves_tnet_alone() -> None:
         """tnet's graph code is written for graphs (tf.cond, tf.while_loop,
@@ -125,11 +138,24 @@ elif _WITH_TENSORFLOW:
                    for r in config.CONVERSION_RULES):
             config.CONVERSION_RULES = (rule, *config.CONVERSION_RULES)
 
-    _autograph_leaves_tnet_alone()
-
     __all__ = ["SparseTable", "Model", "bind", "callbacks", "data",
                "distribute", "feature_column", "layers", "log", "model",
                "models", "monitoring", "optimizer", "saving", "serving"]
+    _loaded = False
+    if _main_module() in _FLAGS_FIRST:
+        def __getattr__(name: str):
+            # `from tnet import bind` asks for the name first: a module
+            # loads alone (as `import tnet.bind` does); the classes load
+            # everything.
+            if name in __all__ and name[0].islower():
+                import importlib  # noqa: PLC0415
+                return importlib.import_module(f"tnet.{name}")
+            if name in __all__ and not _loaded:
+                _load()
+                return globals()[name]
+            raise AttributeError(f"module 'tnet' has no attribute {name!r}")
+    else:
+        _load()
 else:
     def __getattr__(name: str):
         raise AttributeError(

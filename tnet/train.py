@@ -17,21 +17,38 @@ With no flags it runs the embedded default: Wide&Deep on synthetic data.
 from __future__ import annotations
 
 # The entry point only (its docstring is --help's text): the flags, the
-# JobConfig they are parsed into and the jobs live in tnet/cli/.
+# JobConfig they are parsed into and the jobs live in tnet/cli/. Run as
+# `python -m tnet.train`, TensorFlow loads only once the flags are good:
+# --help, a bad flag or flag combination answers in a fraction of a second.
 
 from absl import app, flags
 
-import tnet as tn  # noqa: F401  (first: selects tf_keras)
+import tnet as tn  # first: selects tf_keras
 from tnet import bind
 from tnet.cli import flags as cli_flags
+from tnet.cli.config import check_config
 from tnet.cli.flags import parse_flags
-from tnet.cli.main import main
+from tnet.log import get as _get_logger
 
 __all__ = ["main", "parse_flags"]
 
 # --help lists tnet's flags as this module's own (absl shows the main
 # module's key flags).
 flags.adopt_module_key_flags(cli_flags)
+
+
+def main(argv) -> int:
+    """Runs the job the parsed flags describe (tnet/cli/main.py); a flag
+    combination that cannot work exits 2 before TensorFlow loads."""
+    try:
+        check_config(cli_flags.job_config())
+    except app.UsageError as e:
+        _get_logger("train").error(f"tnet.train: {e}")
+        return 2
+    tn._load()  # noqa: SLF001  (TensorFlow, Keras and all of tnet)
+    from tnet.cli import main as cli_main  # noqa: PLC0415
+    return cli_main.main(argv)
+
 
 if __name__ == "__main__":
     bind.ensure()  # before any server starts: keep the port on TF_CONFIG's host

@@ -11,8 +11,7 @@ import sys
 
 from absl import flags
 
-import tnet as tn
-from tnet.cli.config import JobConfig, names
+from tnet.cli.config import OPTIMIZERS, JobConfig, names
 from tnet.log import get as _get_logger
 from tnet.log import set_verbosity
 
@@ -109,7 +108,7 @@ flags.DEFINE_bool("verbose", _D.verbose, "On bad input (exit status 4), print "
                   "the traceback after the one-line message.")
 flags.DEFINE_integer("batch_size", _D.batch_size, "Examples per step.")
 flags.DEFINE_integer("epochs", _D.epochs, "Passes over the training data.")
-flags.DEFINE_enum("optimizer", _D.optimizer, tn.optimizer.names(),
+flags.DEFINE_enum("optimizer", _D.optimizer, list(OPTIMIZERS),
                   "Optimizer for dense variables and tables.")
 flags.DEFINE_float("learning_rate", _D.learning_rate, "Learning rate.")
 flags.DEFINE_integer("embedding_dim", _D.embedding_dim, "Embedding width per id column.")

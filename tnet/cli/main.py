@@ -14,7 +14,7 @@ from absl import app
 import tnet as tn
 import tf_keras
 from tnet.cli import flags as cli_flags
-from tnet.cli.config import JobConfig
+from tnet.cli.config import JobConfig, check_config
 from tnet.cli.data import explain_bad_input
 from tnet.cli.train import Running
 from tnet.log import get as _get_logger
@@ -22,56 +22,15 @@ from tnet.log import get as _get_logger
 _log = _get_logger("train")
 
 
-def check_config(cfg: JobConfig) -> None:
-    """Raises app.UsageError for a flag combination that cannot work."""
-    if cfg.memory_budget_bytes < 0:
-        raise app.UsageError("--memory_budget_bytes must be >= 0 (0: every "
-                             "row in memory)")
-    if bool(cfg.memory_budget_bytes) != bool(cfg.storage_dir):
-        raise app.UsageError("--memory_budget_bytes and --storage_dir go "
-                             "together: the disk tier needs a budget and a "
-                             "writable local directory")
-    if cfg.event_time_feature and not cfg.stream:
-        raise app.UsageError("--event_time_feature measures a stream's input "
-                             "lag: it goes with --stream")
-    if cfg.publishing:
-        if not cfg.export_dir:
-            raise app.UsageError("--publish_every_n_steps/_seconds publish "
-                                 "to an export: set --export_dir")
-        if cfg.model == "two_tower":
-            raise app.UsageError("--publish_every_* keeps a ranking model's "
-                                 "export fresh, not two_tower's")
-        if min(cfg.publish_every_n_steps, cfg.publish_every_seconds,
-               cfg.publish_compact_at) < 0:
-            raise app.UsageError("--publish_every_n_steps, "
-                                 "--publish_every_seconds and "
-                                 "--publish_compact_at must be >= 0")
-    if cfg.feature_spec:
-        if cfg.model == "two_tower":
-            raise app.UsageError("--feature_spec trains the ranking models "
-                                 "(wide_deep, deepfm, dcn), not two_tower")
-        if cfg.days and not (cfg.day_pattern and cfg.checkpoint_dir):
-            raise app.UsageError("--days needs --day_pattern (e.g. "
-                                 "'data/{day}/*') and --checkpoint_dir")
-        return
-    if cfg.days:
-        raise app.UsageError("--days needs --feature_spec")
-    retrieval = cfg.model == "two_tower"
-    if retrieval != (cfg.data == "movielens"):
-        raise app.UsageError("--model=two_tower goes with --data=movielens "
-                             "(and the ranking models with the CTR data)")
-
-
 def run(cfg: JobConfig, running: Running) -> dict:
     """Runs the job `cfg` names: the stream, the daily loop or one fit."""
+    check_config(cfg)
     tf_keras.utils.set_random_seed(cfg.seed)
     os.makedirs(cfg.model_dir, exist_ok=True)
     strategy = tn.distribute.ParameterServerStrategy()
     distributed = tn.distribute.is_parameter_server_strategy(strategy)
-    check_config(cfg)
     if cfg.stream:
         from tnet.cli import stream  # noqa: PLC0415
-        stream.check_config(cfg)
         return stream.run_stream(cfg, strategy, running, distributed)
     if cfg.feature_spec and cfg.days:
         from tnet.cli import daily  # noqa: PLC0415

@@ -33,22 +33,6 @@ from tnet.files import write_json_atomic
 _LOG = tn.log.get("train")
 
 
-def check_config(cfg: JobConfig) -> None:
-    if not cfg.feature_spec:
-        raise app.UsageError("--stream needs --feature_spec (and --format)")
-    if cfg.days:
-        raise app.UsageError("--stream and --days are two ways to read: "
-                             "pick one")
-    if cfg.stream_poll_secs <= 0:
-        raise app.UsageError("--stream_poll_secs must be > 0")
-    if min(cfg.stream_idle_secs, cfg.checkpoint_every_n_files,
-           cfg.checkpoint_every_seconds) < 0:
-        raise app.UsageError("--stream_idle_secs, --checkpoint_every_n_files "
-                             "and --checkpoint_every_seconds must be >= 0")
-    if cfg.stream_max_file_age_secs <= 0:
-        raise app.UsageError("--stream_max_file_age_secs must be > 0")
-
-
 def run_stream(cfg: JobConfig, strategy, running,
                distributed: bool = False) -> dict:
     """`running` (a tnet.cli.train.Running) gets the model and the
