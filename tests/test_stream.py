@@ -25,6 +25,7 @@ import tf_keras
 
 from tests.conftest import fuzz_seed
 from support import byod_data as bd
+from tests.support.ckpt import assert_same_model, spec_wide_deep as _model
 from tnet.data import spec as spec_lib
 from tnet.data.stream import FileStream, Ledger
 
@@ -41,32 +42,6 @@ def _land(directory: pathlib.Path, name: str, rows, gzip_it=False,
     final = directory / name
     os.rename(tmp, final)
     return final
-
-
-def _model(spec):
-    tf_keras.utils.set_random_seed(0)
-    model = tn.models.WideDeep(spec.embedding_columns(), spec.dense,
-                               hidden_units=[8])
-    model.compile(tn.optimizer.Adagrad(0.05))
-    return model
-
-
-def _snapshot(model):
-    out = {}
-    for name, table in model.tables().items():
-        keys, weights, slots, meta = (t.numpy() for t in table.export())
-        order = np.argsort(keys)
-        out[name] = [a[order] for a in (keys, weights, slots, meta)]
-    out["dense"] = [v.numpy() for v in model.variables]
-    return out
-
-
-def _assert_same(a, b):
-    assert sorted(a) == sorted(b)
-    for name in a:
-        assert len(a[name]) == len(b[name])
-        for x, y in zip(a[name], b[name]):
-            assert x.shape == y.shape and x.tobytes() == y.tobytes(), name
 
 
 @pytest.fixture()
@@ -105,7 +80,7 @@ def test_stream_trains_landed_files_in_name_order_like_a_plain_fit(tmp_path, spe
     for f in files[1:]:
         plain = plain.concatenate(f)
     reference.fit(plain, verbose=0)
-    _assert_same(_snapshot(model), _snapshot(reference))
+    assert_same_model(model, reference)
 
 
 def test_landing_conventions(tmp_path):

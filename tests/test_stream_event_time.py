@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import tnet as tn
-import tf_keras
 
+from tests.support.ckpt import assert_same_model, spec_wide_deep as _model
 from tnet.data import spec as spec_lib
 from tnet.data.stream import FileStream
 
@@ -49,14 +49,6 @@ def _land_csv(directory: pathlib.Path, name: str, n: int, seed: int,
     return int(ts.max())
 
 
-def _model(spec):
-    tf_keras.utils.set_random_seed(0)
-    model = tn.models.WideDeep(spec.embedding_columns(), spec.dense,
-                               hidden_units=[8])
-    model.compile(tn.optimizer.Adagrad(0.05))
-    return model
-
-
 def _lag(metrics) -> float:
     from prometheus_client.parser import (  # noqa: PLC0415
         text_string_to_metric_families)
@@ -64,16 +56,6 @@ def _lag(metrics) -> float:
         if family.name == "tnet_stream_lag_seconds":
             return family.samples[0].value
     raise AssertionError("no tnet_stream_lag_seconds in the exposition")
-
-
-def _snapshot(model):
-    out = {}
-    for name, table in model.tables().items():
-        keys, weights = (t.numpy() for t in table.export()[:2])
-        order = np.argsort(keys)
-        out[name] = (keys[order], weights[order])
-    out["dense"] = [v.numpy() for v in model.variables]
-    return out
 
 
 def test_lag_counts_from_the_newest_event_time_trained(tmp_path, caplog):
@@ -130,10 +112,7 @@ def test_lag_counts_from_the_newest_event_time_trained(tmp_path, caplog):
         one = model_spec.dataset(str(data / f"c-{i}.csv"), "csv", BATCH)
         plain = one if plain is None else plain.concatenate(one)
     reference.fit(plain, verbose=0)
-    got, want = _snapshot(model), _snapshot(reference)
-    for name in want:
-        for x, y in zip(got[name], want[name]):
-            np.testing.assert_array_equal(x, y)
+    assert_same_model(model, reference)
 
 
 def test_without_the_feature_the_lag_is_the_files_mtime(tmp_path):

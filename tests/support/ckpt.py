@@ -1,5 +1,6 @@
 """The small checkpoint models and their comparisons, shared by
-test_checkpoint.py, test_checkpoint_resume.py, test_faults.py and
+test_checkpoint.py, test_checkpoint_resume.py, test_faults.py,
+test_stream.py, test_stream_event_time.py and
 tests/programs/export_kill.py."""
 from __future__ import annotations
 
@@ -77,6 +78,25 @@ def assert_same_tables(a, b):
             assert x.shape == y.shape and x.dtype == y.dtype, (name, what)
             # Bit-exact (also tells -0.0 from 0.0 and NaN payloads apart).
             assert x.tobytes() == y.tobytes(), (name, what)
+
+
+def spec_wide_deep(spec):
+    """WideDeep over a feature spec's columns (hidden [8], Adagrad 0.05,
+    seeded): the streaming tests' model."""
+    tf_keras.utils.set_random_seed(0)
+    model = tn.models.WideDeep(spec.embedding_columns(), spec.dense,
+                               hidden_units=[8])
+    model.compile(tn.optimizer.Adagrad(0.05))
+    return model
+
+
+def assert_same_model(a, b):
+    """Every table (keys, weights, slots, meta) and every variable of two
+    models, bit for bit."""
+    assert_same_tables(snapshot(a), snapshot(b))
+    assert len(a.variables) == len(b.variables)
+    for x, y in zip(a.variables, b.variables):
+        assert x.numpy().tobytes() == y.numpy().tobytes(), x.name
 
 
 def dense_state(model):
