@@ -228,6 +228,11 @@ def test_model_reports_calibration_and_gauc(tmp_path):
     assert result["calibration"] == pytest.approx(p.sum() / y.sum(), rel=1e-5)
     assert result["gauc"] == pytest.approx(metrics.group_auc(y, p, users)[0], abs=1e-6)
     assert result["auc"] == pytest.approx(metrics.auc(y, p), abs=1e-6)
+    # Rows of users never trained on: evaluated, counted, no table grows.
+    unseen = str(bd.write_tfrecord(tmp_path / "b.tfrecord", bd.rows(300, seed=7, users=500)))
+    sizes = {n: int(t.size()) for n, t in model.tables().items()}
+    assert model.evaluate_exact(spec.dataset(unseen, "tfrecord", 64))["examples"] == 300
+    assert {n: int(t.size()) for n, t in model.tables().items()} == sizes
 
 
 def _record_spans(data: bytes) -> list[tuple[int, int]]:
