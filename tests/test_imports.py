@@ -334,3 +334,22 @@ def test_a_task_server_loads_neither_keras_nor_tnets_layers():
     assert {"tensorflow", "tnet._ops", "tnet.distribute"} <= imported
     assert not {m for m in imported if m.split(".")[0] in ("tf_keras", "keras")}
     assert not {"tnet.layers", "tnet.callbacks", "tnet.model"} & imported
+
+
+@pytest.mark.parametrize("level", [None, "2"])
+def test_a_cli_task_prints_no_tensorflow_start_up_chatter(level):
+    """`python -m tnet.server` with TF_CPP_MIN_LOG_LEVEL unset, or set to 2
+    as tnet.launch sets it for its tasks: none of the lines TensorFlow
+    writes while it loads (oneDNN, CUDA probing, absl's InitializeLog
+    notice) reaches stderr (tnet/log.py `quiet_tensorflow`)."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["PYTHONPATH"] = str(ROOT)
+    if level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = level
+    res = subprocess.run([sys.executable, "-m", "tnet.server", "--help"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    chatter = [line for line in res.stderr.splitlines()
+               if "oneDNN" in line or "cuda" in line.lower()
+               or "InitializeLog" in line]
+    assert chatter == []

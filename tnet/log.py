@@ -132,17 +132,22 @@ def hold_startup_chatter(active: bool) -> Iterator[None]:
 
 def quiet_tensorflow() -> bool:
     """Hides TensorFlow's C++ start-up lines (oneDNN, CUDA probing) in a
-    process started as one of tnet's CLIs, unless the user set
-    TF_CPP_MIN_LOG_LEVEL. Called when tnet is imported, which for
-    `python -m tnet.<cli>` happens before TensorFlow is; a tnet imported
-    as a library leaves TensorFlow's logging alone. Level 2 hides C++ info
-    and warning lines (CPU features, ...) and keeps its errors. The lines
-    TensorFlow 2.21 writes before its logging is initialized (oneDNN,
-    "Could not find cuda drivers") ignore the variable: tnet holds them
-    back while it imports TensorFlow (`hold_startup_chatter`). True when
-    the CLI's quiet mode is on."""
-    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+    process started as one of tnet's CLIs, unless the user asked for
+    TensorFlow's info lines (TF_CPP_MIN_LOG_LEVEL=0). Called when tnet is
+    imported, which for `python -m tnet.<cli>` happens before TensorFlow
+    is; a tnet imported as a library leaves TensorFlow's logging alone.
+    Unset, the level becomes 2: C++ info and warning lines (CPU features,
+    ...) hidden, errors kept. The lines TensorFlow 2.21 writes before its
+    logging is initialized (oneDNN, "Could not find cuda drivers") ignore
+    the variable: tnet holds them back while it imports TensorFlow
+    (`hold_startup_chatter`), also where the level was already set (by
+    tnet.launch for its tasks, or by this CLI before its bind re-exec).
+    True when the CLI's quiet mode is on."""
+    argv = list(getattr(sys, "orig_argv", []))
+    if not ("-m" in argv[:-1] and argv[argv.index("-m") + 1] in CLI_MODULES):
         return False
+    level = os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2").strip()
+    return level not in ("", "0")
     argv = list(getattr(sys, "orig_argv", []))
     if "-m" in argv[:-1] and argv[argv.index("-m") + 1] in CLI_MODULES:
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
