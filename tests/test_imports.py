@@ -270,6 +270,7 @@ def _imported(args):
     (["-m", "tnet.train", "--helpfull"], 1, "--feature_spec"),  # absl's 1
     (["-m", "tnet.train", "--batch_sise=8"], 2,
      "tnet.train: Unknown command line flag 'batch_sise'"),
+    (["-m", "tnet.train", "epochs=2"], 2, "unexpected arguments"),
     (["-m", "tnet.train", "--days=1..2"], 2,
      "tnet.train: --days needs --feature_spec"),
     (["-m", "tnet.train", "--stream=in", "--feature_spec=s.json",

@@ -40,6 +40,10 @@ flags.adopt_module_key_flags(cli_flags)
 def main(argv) -> int:
     """Runs the job the parsed flags describe (tnet/cli/main.py); a flag
     combination that cannot work exits 2 before TensorFlow loads."""
+    if len(argv) > 1:
+        _get_logger("train").error(f"tnet.train: unexpected arguments "
+                                   f"{argv[1:]}: flags are --name=value")
+        return 2
     try:
         check_config(cli_flags.job_config())
     except app.UsageError as e:

@@ -40,10 +40,9 @@ def run(cfg: JobConfig, running: Running) -> dict:
 
 
 def main(argv):
-    if len(argv) > 1:
-        _log.error(f"tnet.train: unexpected arguments {argv[1:]}: flags are "
-                   "--name=value")
-        return 2
+    """Runs the job of the parsed flags (`python -m tnet.train` calls it
+    once they are checked: tnet/train.py) and returns the exit status."""
+    del argv  # tnet/train.py refuses positional arguments
     cfg = cli_flags.job_config()
     running = Running()
     try:
