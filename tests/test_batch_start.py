@@ -272,3 +272,50 @@ def test_under_parameter_server_strategy_each_step_scales_by_its_batch():
     report = json.loads(line.split("BATCH_START ", 1)[1])
     assert report["rows"] == 2048 and report["shards"] == 2, report
     assert report["acc_rel_err"] < 1e-6 and report["w_rel_err"] < 1e-5, report
+
+
+def test_a_saved_model_of_the_former_ops_loads_and_runs(tmp_path):
+    """A SavedModel whose graph calls the pull and push ops of before the
+    batch-aware starts (SparseTablePull/Push, no batch_size input) loads
+    and runs: their rows start at the fixed start, as they did."""
+    from tnet import _ops  # noqa: PLC0415
+    table = tn.SparseTable("former_ops", 2, tn.optimizer.sparse.Adagrad(
+        LR, initial_accumulator_value=START), num_shards=1)
+    handle_of = lambda: table.shards[0].resource_handle  # noqa: E731
+
+    class Former(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.shard = table.shards[0]
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int64)])
+        def pull(self, keys):
+            return _ops.sparse_table_pull(handle_of(), keys, True, dim=2)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.int64),
+                                      tf.TensorSpec([None, 2], tf.float32)])
+        def push(self, keys, grads):
+            n = tf.shape(keys)[:1]
+            _ops.sparse_table_push(
+                handle_of(), keys, grads, tf.constant(LR), tf.constant(
+                    0, tf.int64), tf.zeros(n), tf.zeros(n), dim=2)
+
+        @tf.function(input_signature=[])
+        def rows(self):  # keys and their accumulators
+            keys, _, slots, _, _ = _ops.sparse_table_export(
+                handle_of(), tf.constant(0, tf.int64),
+                tf.constant(100, tf.int64), dim=2, weights_only=False)
+            return keys, slots[:, 0]
+
+    tf.saved_model.save(Former(), str(tmp_path / "former"))
+    graph = (tmp_path / "former" / "saved_model.pb").read_bytes()
+    assert b"SparseTablePull" in graph and b"SparseTablePullV2" not in graph
+    loaded = tf.saved_model.load(str(tmp_path / "former"))
+    rows = loaded.pull(tf.constant([11, 12], tf.int64)).numpy()
+    assert rows.shape == (2, 2)
+    loaded.push(tf.constant([11], tf.int64), tf.ones([1, 2]))
+    keys, accumulators = (t.numpy() for t in loaded.rows())
+    got = dict(zip(keys.tolist(), accumulators.tolist()))
+    f32 = np.float32
+    np.testing.assert_allclose(got[12], f32(START), rtol=1e-6)
+    np.testing.assert_allclose(got[11], f32(START) + 1, rtol=1e-6)
