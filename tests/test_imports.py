@@ -341,8 +341,9 @@ def test_a_task_server_loads_neither_keras_nor_tnets_layers():
 def test_a_cli_task_prints_no_tensorflow_start_up_chatter(level):
     """`python -m tnet.server` with TF_CPP_MIN_LOG_LEVEL unset, or set to 2
     as tnet.launch sets it for its tasks: none of the lines TensorFlow
-    writes while it loads (oneDNN, CUDA probing, absl's InitializeLog
-    notice) reaches stderr (tnet/log.py `quiet_tensorflow`)."""
+    writes while it loads and lists its devices (oneDNN, CUDA probing and
+    its "failed call to cuInit" on a machine without a GPU, absl's
+    InitializeLog notice) reaches stderr (tnet/log.py)."""
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     env["PYTHONPATH"] = str(ROOT)
     if level is not None:

@@ -93,6 +93,7 @@ def add_verbosity_flag(parser) -> None:
 _STARTUP_CHATTER = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
     r"|[IW]\d{4} [\d:. ]+\d+ (port|cudart_stub|cpu_feature_guard)\.cc:\d+\]"
+    r"|E\d{4} [\d:. ]+\d+ cuda_platform\.cc:\d+\] failed call to cuInit"
     r"|To enable the following instructions: )")
 
 
@@ -101,7 +102,10 @@ def hold_startup_chatter(active: bool) -> Iterator[None]:
     """While tnet imports TensorFlow in one of its CLIs (`active`), stderr
     goes to a temporary file; afterwards every line of it is written back
     except TensorFlow's start-up chatter (`_STARTUP_CHATTER`), so an import
-    error or any other message still shows."""
+    error or any other message still shows. The devices are listed inside
+    the window: TensorFlow probes CUDA then, and on a machine without a
+    GPU writes "failed call to cuInit" as an error line (tnet's CLIs run
+    on CPUs; a program of the user's that imports tnet still sees it)."""
     if not active:
         yield
         return
@@ -115,6 +119,9 @@ def hold_startup_chatter(active: bool) -> Iterator[None]:
     os.dup2(held.fileno(), 2)
     try:
         yield
+        tf = sys.modules.get("tensorflow")
+        if tf is not None:
+            tf.config.list_physical_devices("GPU")
     finally:
         try:
             sys.stderr.flush()
