@@ -141,8 +141,8 @@ def _mlp(dim, name):
                                 tf_keras.layers.Dense(dim)], name=name)
 
 
-def build(name, data, args):
-    tf_keras.utils.set_random_seed(0)
+def build(name, data, args, seed=0):
+    tf_keras.utils.set_random_seed(seed)
     if name == "tnet":
         model = TwoTower(user_features=movielens.USER_FEATURES,
                          history_max_length=args.history,

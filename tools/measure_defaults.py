@@ -269,7 +269,33 @@ MAX_EPOCHS = 10
 VAL_ROWS = {"criteo": 1000, "avazu": 300, "multi_valued": 2400}
 SPARSE_HEAVY_VAL_BATCHES = 6     # of the 64 training batches
 SWEEP_CASES = ("criteo", "avazu", "multi_valued", "sparse_heavy",
-               "criteo_wd", "avazu_wd")
+               "criteo_wd", "avazu_wd", "tfrecord_mv", "movielens_two_tower")
+# Criterion 1 only, settings "stock" and "default": the TensorNet-style
+# model on tf.Example TFRecords (tests/programs/tfrecord_mv.py, hold-out
+# AUC) and tools/bench_retrieval.py's two-tower on MovieLens 100k (ua
+# split; the score is recall@50 over all items, recall@10/100 beside it).
+ONE_PASS_ONLY = ("tfrecord_mv", "movielens_two_tower")
+
+
+def movielens_two_tower_run(side: str, seed: int, data_dir: str) -> dict:
+    """tools/bench_retrieval.py's models (tnet TwoTower, attention-pooled
+    history, or the stock tf_keras vocabularies + Embedding), its
+    defaults (batch 512, dim 32, Adagrad 0.1), one pass over the ua
+    training interactions in a seeded order; the ua.test recall@k."""
+    import argparse as ap
+
+    from tnet.data import movielens
+    from tools import bench_retrieval as br
+    args = ap.Namespace(pooling="attention", history=20, batch=512, dim=32,
+                        lr=0.1)
+    data = movielens.load_movielens(
+        os.path.join(data_dir, "movielens"), args.history)
+    model = br.build(side, data, args, seed=seed)
+    model.fit(br.batches(data.train, args.batch, 100 + seed, False),
+              epochs=1, verbose=0)
+    out = br.recall(model, data)
+    return {"auc": out["recall_at_50"], "metric": "recall@50",
+            **out, "epochs": 1}
 
 
 def parse_setting(setting: str):
@@ -372,6 +398,13 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
     import tnet as tn
     from tnet.data.metrics import auc as auc_of
     side, acc, ftrl, row = parse_setting(setting)
+    if case in ONE_PASS_ONLY:
+        if early or setting not in ("stock", "default"):
+            raise SystemExit(f"{case}: --one_pass with the settings stock "
+                             "and default only")
+        if case == "tfrecord_mv":
+            return {"auc": tfrecord_mv.run(side, seed, 1), "epochs": 1}
+        return movielens_two_tower_run(side, seed, data_dir)
     tf_keras.utils.set_random_seed(seed)
     callbacks = [_early_stopping()] if early else []
     epochs = MAX_EPOCHS if early else 1
@@ -518,6 +551,8 @@ def sweep_table(jsonl: str) -> tuple[str, list]:
     summary = []
     for (case, setting), runs in sorted(groups.items()):
         runs.sort(key=lambda r: r["seed"])
+        if "metric" in runs[0]:  # a score other than AUC names it
+            case = f"{case} ({runs[0]['metric']})"
         aucs = [r["auc"] for r in runs]
         summary.append({"case": case, "setting": setting,
                         "seeds": [r["seed"] for r in runs], "aucs": aucs,
