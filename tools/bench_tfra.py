@@ -182,6 +182,11 @@ def parse_args(argv=None):
                         "(CPython 3.9-3.11)")
     p.add_argument("--setup_only", action="store_true",
                    help="create the TFRA venv and exit")
+    p.add_argument("--data_cache", default=None,
+                   help="a directory keeping the generated .npz (and its "
+                        "facts) between runs of the same --config, --scale, "
+                        "--train_examples, --holdout_examples and --batch "
+                        "(the data are seeded: the same bytes every time)")
     p.add_argument("--keep_tmp", action="store_true",
                    help="keep the temp dir (data, every child's log)")
     p.add_argument("--out", default=None)
@@ -522,6 +527,27 @@ def run_pss(args, ctx, workers: int, ps: int, with_unique: bool) -> dict:
 
 
 # ---------------------------------------------------------------- main
+def cached_data(args, tmp: str) -> tuple[str, dict]:
+    """(path of the .npz, its facts): from --data_cache when it holds this
+    data, else generated into tmp (and copied there)."""
+    if not args.data_cache:
+        return os.path.join(tmp, "data.npz"), prepare_data(args, tmp)
+    os.makedirs(args.data_cache, exist_ok=True)
+    stem = os.path.join(args.data_cache, "-".join(str(v) for v in (
+        args.config, args.scale, args.train_examples, args.holdout_examples,
+        args.batch)))
+    if os.path.exists(stem + ".json") and os.path.exists(stem + ".npz"):
+        with open(stem + ".json") as f:
+            facts = json.load(f)
+        _log(f"data: re-used {stem}.npz")
+        return stem + ".npz", facts
+    facts = prepare_data(args, tmp)
+    shutil.move(os.path.join(tmp, "data.npz"), stem + ".npz")
+    with open(stem + ".json", "w") as f:
+        json.dump(facts, f)
+    return stem + ".npz", facts
+
+
 def prepare_data(args, tmp: str) -> dict:
     """The train and hold-out arrays as one .npz (keys split/column) and
     the facts the report needs (oracle AUC of the scored hold-out)."""
@@ -567,9 +593,9 @@ def main(argv=None) -> int:
         signal.signal(s, _on_signal)
     atexit.register(_stop_all)
     tmp = tempfile.mkdtemp(prefix="bench_tfra-")
-    ctx = {"tmp": tmp, "data": os.path.join(tmp, "data.npz")}
+    ctx = {"tmp": tmp}
     try:
-        data_facts = prepare_data(args, tmp)
+        ctx["data"], data_facts = cached_data(args, tmp)
         impls = (["tnet"] if args.tnet_only else
                  ["tnet", "tfra"] + ([] if args.no_stock else ["stock"]))
         cases = impls + ([] if args.no_dnn else ["dnn_tnet_venv",
