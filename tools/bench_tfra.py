@@ -119,6 +119,10 @@ def parse_args(argv=None):
     p.add_argument("--holdout_examples", type=int, default=2**17)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0,
+                   help="every child's tf_keras.utils.set_random_seed (the "
+                        "initial weights and rows; the data and their order "
+                        "stay fixed)")
     p.add_argument("--tnet_accumulator", type=float, default=None,
                    help="initial_accumulator_value of tnet's Adagrad, dense "
                         "variables and rows (default: tnet's defaults, "
@@ -381,7 +385,8 @@ def run_child(args, ctx, case: str, mode: str, tag: str) -> dict:
            "--batch", str(args.batch), "--warmup_steps",
            str(args.warmup_steps), "--steps", str(args.steps),
            "--epochs", str(args.epochs), "--lr", str(args.lr),
-           "--tables", args.tfra_tables, "--optimizer", args.tfra_optimizer,
+           "--seed", str(args.seed), "--tables", args.tfra_tables,
+           "--optimizer", args.tfra_optimizer,
            *[x for flag in TNET_PROBES if getattr(args, flag) is not None
              for x in (f"--{flag}", str(getattr(args, flag)))]]
     log_path = os.path.join(ctx["tmp"], f"{tag}.log")
