@@ -165,6 +165,8 @@ def parse_args(argv=None):
     p.add_argument("--no_quality", action="store_true")
     p.add_argument("--tnet_only", action="store_true",
                    help="tnet's children only (a probe of tnet's settings)")
+    p.add_argument("--tfra_only", action="store_true",
+                   help="TFRA's children only (another --seed of TFRA)")
     p.add_argument("--no_throughput", action="store_true")
     p.add_argument("--no_pss", action="store_true")
     p.add_argument("--pss_shapes", default="2x2",
@@ -601,8 +603,8 @@ def main(argv=None) -> int:
     ctx = {"tmp": tmp}
     try:
         ctx["data"], data_facts = cached_data(args, tmp)
-        impls = (["tnet"] if args.tnet_only else
-                 ["tnet", "tfra"] + ([] if args.no_stock else ["stock"]))
+        impls = (["tnet"] if args.tnet_only else ["tfra"] if args.tfra_only
+                 else ["tnet", "tfra"] + ([] if args.no_stock else ["stock"]))
         cases = impls + ([] if args.no_dnn else ["dnn_tnet_venv",
                                                  "dnn_tfra_venv"])
         runs = {}
