@@ -260,9 +260,9 @@ def test_linear_features_learn_with_ftrl():
               "b": tf_keras.Input((), dtype=tf.int64, name="b")}
     lin = tn.layers.LinearFeatures(cols)
     assert lin.tables == {} and lin._rule.name == "ftrl"  # the default
-    # ... at lr 0.2 with its accumulators from 1e-3 (issue 54), not 0.1.
-    assert lin._rule.initial_accumulator_value == 1e-3
-    assert lin._rule.learning_rate == 0.2
+    # ... at lr 0.1 with its accumulators from 2.5e-4 (issue 54), not 0.1.
+    assert lin._rule.initial_accumulator_value == 2.5e-4
+    assert lin._rule.learning_rate == 0.1
     lin = tn.layers.LinearFeatures(cols, optimizer=tn.optimizer.sparse.Ftrl(1.0))
     model = tn.Model(inputs, tf_keras.layers.Activation("sigmoid")(lin(inputs)))
     model.compile(tn.optimizer.Adam(0.01), loss="binary_crossentropy")

@@ -377,7 +377,8 @@ def tnet_settings(args, tn):
                 tn.optimizer.sparse.WIDE_FTRL_INITIAL_ACCUMULATOR_VALUE)
         if args.tnet_wide_epsilon is not None:
             kw["epsilon"] = args.tnet_wide_epsilon
-        lr = args.tnet_wide_lr or (0.2 if rule == "ftrl" else args.lr)
+        lr = args.tnet_wide_lr or (tn.optimizer.sparse.WIDE_FTRL_LEARNING_RATE
+                                   if rule == "ftrl" else args.lr)
         cls = (tn.optimizer.sparse.Ftrl if rule == "ftrl"
                else tn.optimizer.sparse.Adagrad)
         if reference is not None:  # 0: off (the start fixed)

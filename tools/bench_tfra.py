@@ -132,7 +132,7 @@ def parse_args(argv=None):
                    help="tnet's deep rows' Adagrad start alone "
                         "(row_initial_accumulator_value)")
     p.add_argument("--tnet_wide_accumulator", type=float, default=None,
-                   help="tnet's wide part (in-table FTRL, lr 0.2) "
+                   help="tnet's wide part (in-table FTRL, lr 0.1) "
                         "initial_accumulator_value (default 0.1)")
     p.add_argument("--tnet_row_epsilon", type=float, default=None,
                    help="epsilon of tnet's deep rows' Adagrad alone (tnet "
@@ -141,9 +141,9 @@ def parse_args(argv=None):
     p.add_argument("--tnet_wide_rule", choices=("ftrl", "adagrad"),
                    default=None,
                    help="tnet's wide part's in-table rule (default: FTRL, "
-                        "lr 0.2; TFRA's wide rows: Adagrad, --lr)")
+                        "lr 0.1; TFRA's wide rows: Adagrad, --lr)")
     p.add_argument("--tnet_wide_lr", type=float, default=None,
-                   help="its learning rate (default: 0.2 FTRL, --lr Adagrad)")
+                   help="its learning rate (default: 0.1 FTRL, --lr Adagrad)")
     p.add_argument("--tnet_wide_epsilon", type=float, default=None,
                    help="its epsilon (Adagrad)")
     p.add_argument("--tnet_start_reference_batch", type=float, default=None,

@@ -94,7 +94,8 @@ def sparse_heavy_auc(seed: int, accumulator: float | None, init,
                                 combiner="mean", table="embedding", **kw)
             for n in cats + multi]
     wide_opt = (None if wide_ftrl_acc is None else tn.optimizer.sparse.Ftrl(
-        0.2, initial_accumulator_value=wide_ftrl_acc))
+        tn.optimizer.sparse.WIDE_FTRL_LEARNING_RATE,
+        initial_accumulator_value=wide_ftrl_acc))
     model = tn.models.WideDeep(cols, ints, embedding_dim=sh.EMBEDDING_DIM,
                                hidden_units=sh.HIDDEN, train_metrics=False,
                                wide_optimizer=wide_opt)
@@ -123,7 +124,7 @@ def library_wide_deep_auc(case: str, seed: int, accumulator: float | None,
                           epochs: int, wide_ftrl_acc: float | None,
                           data_dir: str) -> float:
     """tnet's own `tn.models.WideDeep` (what `python -m tnet.train` builds:
-    deep dim 8, wide part `LinearFeatures`, in-table FTRL lr 0.2) on the
+    deep dim 8, wide part `LinearFeatures`, its default in-table FTRL) on the
     real rows of tests/programs/user_models.py ("criteo_wd": Criteo,
     "avazu_wd": Avazu), tn Adagrad 0.05; hold-out AUC."""
     import tf_keras
@@ -138,7 +139,8 @@ def library_wide_deep_auc(case: str, seed: int, accumulator: float | None,
         train, evals = user_models.avazu_data(pathlib.Path(data_dir), seed)
         cats, dense = list(train.element_spec[0]), []
     wide_opt = (None if wide_ftrl_acc is None else tn.optimizer.sparse.Ftrl(
-        0.2, initial_accumulator_value=wide_ftrl_acc))
+        tn.optimizer.sparse.WIDE_FTRL_LEARNING_RATE,
+        initial_accumulator_value=wide_ftrl_acc))
     model = tn.models.WideDeep(cats, dense, embedding_dim=8,
                                hidden_units=user_models.HIDDEN,
                                train_metrics=False, wide_optimizer=wide_opt,
@@ -336,8 +338,9 @@ def parse_setting(setting: str):
 
 def wide_rule(spec):
     """The wide part's in-table rule of a setting's "/F" (None: the
-    library's default): a number is FTRL's start at lr 0.2 (WideDeep's
-    rule); "ftrl:LR:START" or "adagrad:LR:START[:EPSILON]" names the rule,
+    library's default): a number is FTRL's start at WideDeep's default
+    learning rate (sparse.WIDE_FTRL_LEARNING_RATE; 0.2 before 2026-11-29);
+    "ftrl:LR:START" or "adagrad:LR:START[:EPSILON]" names the rule,
     its learning rate and accumulator start (Adagrad's epsilon is added
     outside the square root; TFRA's Keras Adagrad adds 1e-7 inside it,
     which is "adagrad:LR:1e-7:0" from a start of 0)."""
@@ -345,7 +348,9 @@ def wide_rule(spec):
     if spec is None:
         return None
     if not isinstance(spec, str):
-        return tn.optimizer.sparse.Ftrl(0.2, initial_accumulator_value=spec)
+        return tn.optimizer.sparse.Ftrl(
+            tn.optimizer.sparse.WIDE_FTRL_LEARNING_RATE,
+            initial_accumulator_value=spec)
     rule, lr, start, *eps = spec.split(":")
     kw = {"initial_accumulator_value": float(start)}
     if rule == "adagrad":
@@ -448,7 +453,7 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
                      else user_models.avazu_stock_wide_deep())
         elif case in ("criteo_wd", "avazu_wd"):
             # tnet's own tn.models.WideDeep (as the CLI builds it: deep
-            # dim 8, wide part in-table FTRL lr 0.2) on the real rows; its
+            # dim 8, wide part its default in-table FTRL) on the rows; its
             # stock counterpart is the user-model case's stock model.
             from tnet import data as tn_data
             is_criteo = case == "criteo_wd"
@@ -595,7 +600,8 @@ def write_sweep(crit: str, what: str, jsonl: str, out: str,
         "- settings: `stock` = tf_keras with Keras' defaults; `default` = "
         "tnet's defaults at this commit (see README's defaults table); `A` = tnet with the Adagrad rows "
         "(and WideDeep's wide FTRL rows) starting at A; `A/F` = Adagrad "
-        "rows from A, wide FTRL rows from F (lr 0.2); `A/RULE:LR:START` = "
+        "rows from A, wide FTRL rows from F (the default wide lr); "
+        "`A/RULE:LR:START` = "
         "the wide rows under RULE (ftrl or adagrad) at LR from START "
         "(`adagrad:LR:START:EPS`: Adagrad's epsilon; `-`: the default)",
         "", table])

@@ -14,18 +14,19 @@ class LinearFeatures(EmbeddingFeatures):
     """sum over columns of w[id] (+ a bias): [B, 1] logits.
 
     Every column gets a 1-wide row per id in one shared table (ids are salted
-    per column). The default in-table rule is FTRL (learning rate 0.2, as
-    TensorFlow's canned linear models), the classic choice for sparse linear
-    models, with its accumulators starting at
-    sparse.WIDE_FTRL_INITIAL_ACCUMULATOR_VALUE (1e-3, not Keras' 0.1: a
+    per column). The default in-table rule is FTRL, the classic choice for
+    sparse linear models, at learning rate sparse.WIDE_FTRL_LEARNING_RATE
+    (0.1) with its accumulators starting at
+    sparse.WIDE_FTRL_INITIAL_ACCUMULATOR_VALUE (2.5e-4, not Keras' 0.1: a
     rare id's weight moves in its first examples); pass `optimizer=` to
-    change it (`sparse.Ftrl(0.2)` for Keras' start). Weights start at 0.
+    change it (`sparse.Ftrl(0.2)`: TensorFlow's canned linear models' rate
+    and Keras' start). Weights start at 0.
 
     Args:
       columns: `tn.feature_column.category_column`s (or embedding columns,
         whose categorical columns are used).
-      optimizer: the in-table rule (default: FTRL, learning rate 0.2,
-        accumulators from 1e-3).
+      optimizer: the in-table rule (default: FTRL, learning rate 0.1,
+        accumulators from 2.5e-4).
       table: the shared table's name (default: the layer's name).
       use_bias: add a learned bias.
       **kwargs: Keras layer arguments (`name`, ...).
@@ -58,7 +59,7 @@ class LinearFeatures(EmbeddingFeatures):
                                             table=table, initializer="zeros"))
         if optimizer is None:
             optimizer = sparse.Ftrl(
-                learning_rate=0.2,
+                learning_rate=sparse.WIDE_FTRL_LEARNING_RATE,
                 initial_accumulator_value=(
                     sparse.WIDE_FTRL_INITIAL_ACCUMULATOR_VALUE))
         super().__init__(cats, optimizer=optimizer, **kwargs)

@@ -19,7 +19,8 @@ class WideDeep(CTRModel):
       dense: float feature names.
       embedding_dim: width of each id's embedding.
       hidden_units: the deep part's MLP.
-      wide_optimizer: the wide part's in-table rule (default FTRL, lr 0.2).
+      wide_optimizer: the wide part's in-table rule (default FTRL, lr 0.1
+        from 2.5e-4: `tn.layers.LinearFeatures`).
       **kwargs: CTRModel's arguments (`shared_table`, `label_key`, ...).
 
     Example:

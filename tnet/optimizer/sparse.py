@@ -241,14 +241,18 @@ class SGD(SparseRule):
 ROW_INITIAL_ACCUMULATOR_VALUE = 1e-6
 KERAS_INITIAL_ACCUMULATOR_VALUE = 0.1
 
-# Where the FTRL accumulators of tn.layers.LinearFeatures' default rule
-# start (the wide part of tn.models.WideDeep, DeepFM's first-order term):
-# from Keras' 0.1 a rare id's weight barely moves in one pass; from 1e-6
-# its first step is +-lr (0.2), too large for a wide weight. Chosen by
-# measurement like ROW_INITIAL_ACCUMULATOR_VALUE (BENCHMARKS.md "Defaults
-# for one pass and early stopping"). An Ftrl a user constructs keeps
-# Keras' 0.1.
-WIDE_FTRL_INITIAL_ACCUMULATOR_VALUE = 1e-3
+# The learning rate and accumulator start of tn.layers.LinearFeatures'
+# default FTRL (the wide part of tn.models.WideDeep, DeepFM's first-order
+# term). From Keras' start 0.1 a rare id's weight barely moves in one
+# pass; from ~0 its first step is +-lr, too large for a wide weight. A
+# rare id's first step goes as lr / sqrt(start): lr 0.1 from 2.5e-4 takes
+# the same first step as lr 0.2 (TensorFlow's canned linear models) from
+# 1e-3 (the default before), and half as large later ones, which a wide
+# logit summing many ids a row (multi-valued columns) needs. Chosen by
+# measurement like ROW_INITIAL_ACCUMULATOR_VALUE (BENCHMARKS.md
+# "Defaults"). An Ftrl a user constructs keeps Keras' values.
+WIDE_FTRL_LEARNING_RATE = 0.1
+WIDE_FTRL_INITIAL_ACCUMULATOR_VALUE = 2.5e-4
 
 # The batch size at which a table row's accumulator start (Adagrad's,
 # RowwiseAdagrad's, FTRL's initial_accumulator_value) means what it says.
