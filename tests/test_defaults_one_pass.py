@@ -64,10 +64,11 @@ def test_multi_valued_one_pass_default_beats_former_default():
 
 # The wide part's FTRL start (tn.layers.LinearFeatures' default rule): the
 # library's own WideDeep on the real Criteo rows, one pass, must beat its
-# wide part at Keras' FTRL start (0.1, the former default) by half the
-# gain measured on this seed with the deep rows at their default (0.7327
-# against 0.7187, +0.014; over 3 seeds the new defaults 0.7403 against
-# the former 0.7172, bench/results/measure_defaults-one_pass-wd-*.md).
+# wide part at Keras' FTRL start (0.1 at lr 0.2, the former default) by
+# half the gain measured on this seed with the deep rows at their default
+# when the default was lr 0.2 from 1e-3 (0.7327 against 0.7187, +0.014;
+# lr 0.1 from 2.5e-4, today's: 0.7364 on this seed, 0.7422 over 3 seeds;
+# bench/results/measure_defaults-one_pass-wide-new-2026-11-29.md).
 WIDE_FTRL_GAIN = 0.007
 
 
