@@ -20,7 +20,7 @@ from tnet.data import movielens
 from tnet.models import TwoTower
 
 HISTORY = 20
-EPOCHS = 3
+EPOCHS = 1
 BATCH = 1024
 
 
