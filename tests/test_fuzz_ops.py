@@ -28,8 +28,8 @@ from tests.conftest import fuzz_seed
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "programs" / "fuzz_ops.py"
-CASES = int(os.environ.get("FUZZ_CASES", "2000"))
-BATCHES = int(os.environ.get("FUZZ_BATCHES", "2"))
+CASES = int(os.environ.get("FUZZ_CASES", "1000"))
+BATCHES = int(os.environ.get("FUZZ_BATCHES", "1"))
 # conftest.py draws the seed (and prints it) when FUZZ_SEED is unset.
 SEED = int(os.environ.get("FUZZ_SEED") or fuzz_seed())
 
