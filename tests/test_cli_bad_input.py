@@ -27,12 +27,16 @@ import tensorflow as tf
 import tnet as tn
 from tnet.data import spec as spec_lib
 from support import byod_data as bd
+from support import forkrun
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BINARY = bytes(range(256)) * 3 + b"\xff\xfe"  # not UTF-8, not a tf.Example
 
 
-def _train(tmp_path, *args, launch=False, timeout=400):
+def _train(tmp_path, *args, launch=False, timeout=400, fork=True):
+    """tnet.train (under tnet.launch with `launch`) on tmp_path's spec; a
+    one-process run is forked from a process that imported tnet already
+    (tests/support/forkrun.py) unless `fork` is False."""
     spec = ([] if any(a.startswith("--data=") for a in args)
             else [f"--feature_spec={tmp_path / 'spec.json'}"])
     cmd = [sys.executable, "-m", "tnet.train", *spec,
@@ -43,8 +47,8 @@ def _train(tmp_path, *args, launch=False, timeout=400):
                "2", "--", *cmd]
     env = dict(os.environ, PYTHONPATH=str(ROOT), CI="true",
                TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True,
-                          timeout=timeout)
+    run = forkrun.run if fork and not launch else subprocess.run
+    return run(cmd, cwd=tmp_path, env=env, capture_output=True, timeout=timeout)
 
 
 def _one_line(res, launch=False) -> str:
@@ -453,7 +457,8 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, says):
     """A flag typo, a bad value, a flag combination that cannot work and a
     stray argument exit 2 (absl's own status is 1, which `tnet.launch
     --restarts` and a TFJob would restart) with one line, no traceback."""
-    res = _train(tmp_path, "--data=synthetic", *args, timeout=120)
+    # (its own Python: flags are read before TensorFlow loads)
+    res = _train(tmp_path, "--data=synthetic", *args, timeout=120, fork=False)
     err = res.stderr.decode("utf-8", "replace")
     assert res.returncode == 2, err[-3000:]
     lines = [line for line in err.splitlines()

@@ -1,5 +1,6 @@
 """A pytest plugin: the CPU seconds of every test, its own and its
-subprocesses' (those it waited for), one JSON line per test.
+subprocesses' (those it waited for, and the commands tests/support/forkrun.py
+ran for it), one JSON line per test.
 
     make test PYTEST_ARGS="-p tests.support.cpu_time" TNET_CPU_LOG=/tmp/cpu
     python tools/cpu_by_file.py /tmp/cpu [/tmp/cpu-after]
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import sys
 import time
 
 import pytest
@@ -20,7 +22,12 @@ import pytest
 
 def _cpu(who: int) -> float:
     r = resource.getrusage(who)
-    return r.ru_utime + r.ru_stime
+    cpu = r.ru_utime + r.ru_stime
+    if who == resource.RUSAGE_CHILDREN:  # commands forked elsewhere for it
+        cpu += sum(sys.modules[m].child_cpu for m in
+                   ("tests.support.forkrun", "support.forkrun")
+                   if m in sys.modules)
+    return cpu
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,0 +1,234 @@
+"""Runs a one-process tnet command in a process forked from one that has
+already imported TensorFlow and tnet.
+
+Every Python that starts TensorFlow spends ~3 s of CPU in the suite before
+it runs a line of the command (importing TensorFlow, tf_keras and tnet).
+`run()` is `subprocess.run` for `[sys.executable, "-m", module, *args]` or
+`[sys.executable, script, *args]`: the command gets a process of its own
+(its own memory, flags, exit status, stdout and stderr, its atexit
+handlers and threads joined at exit), forked from a per-worker "zygote"
+that imported tnet once and never ran an op. For tests whose subject is
+what a command does after it starts: bad input mid-training, a daily
+loop's counts, an export's check.
+
+What happens while a process starts is tested with real processes, never
+here: which modules a command imports (test_imports), TensorFlow's
+start-up lines (test_imports, test_cli_bad_input), the environment read at
+import (malloc options, LD_PRELOAD: test_malloc, test_bind), a cluster
+task (it re-executes itself with the bind library). `run()` falls back to
+`subprocess.run` for those: any command with TF_CONFIG, any environment
+whose import-time variables differ from the zygote's, and everything when
+TNET_FORKRUN=0.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Read by Python, glibc, the dynamic loader or TensorFlow while a process
+# starts: a command whose values differ cannot share the zygote's start.
+_START_VARS = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL",
+               "TF_CPP_VMODULE", "TF_ENABLE_ONEDNN_OPTS", "LD_PRELOAD",
+               "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHASHSEED",
+               "PYTHONUNBUFFERED", "PYTHONWARNINGS", "PYTHONDONTWRITEBYTECODE",
+               "GLIBC_TUNABLES", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
+               "OPENBLAS_NUM_THREADS", "TF_USE_LEGACY_KERAS", "TF_CONFIG",
+               "TNET_BIND_REEXEC")
+
+_ZYGOTE = r"""
+import json, os, runpy, sys
+import tnet as tn
+tn._load()
+import tnet.cli.main, tnet.serving.follow  # noqa: F401 (their imports too)
+for name in ("tnet.train", "tnet.serving.follow"):
+    sys.modules.pop(name, None)   # run_module runs them afresh as __main__
+control = os.fdopen(os.dup(1), "w")
+null = os.open(os.devnull, os.O_RDWR)
+os.dup2(null, 1)
+
+
+def serve():
+    for line in sys.stdin:
+        req = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        control.flush()
+        pid = os.fork()
+        if pid == 0:
+            return req
+        control.write(json.dumps({"pid": pid}) + "\n")
+        control.flush()
+        _, status, usage = os.wait4(pid, 0)
+        control.write(json.dumps({
+            "code": os.waitstatus_to_exitcode(status),
+            "cpu": usage.ru_utime + usage.ru_stime}) + "\n")
+        control.flush()
+    raise SystemExit(0)
+
+
+req = serve()
+control.close()
+os.dup2(os.open(req.get("stdin") or os.devnull, os.O_RDONLY), 0)
+os.dup2(os.open(req["stdout"], os.O_WRONLY), 1)
+os.dup2(os.open(req["stderr"], os.O_WRONLY), 2)
+sys.stdin = open(0, closefd=False)
+os.chdir(req["cwd"])
+os.environ.clear()
+os.environ.update(req["env"])
+sys.argv = list(req["argv"])
+sys.orig_argv = [sys.executable] + list(req["orig"])
+if req["module"]:
+    sys.path[0] = os.getcwd()
+    runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
+else:
+    sys.path[0] = os.path.dirname(os.path.abspath(req["argv"][0]))
+    runpy.run_path(req["argv"][0], run_name="__main__")
+"""
+
+
+class _Zygote:
+    def __init__(self, key: tuple, env: dict):
+        self.key = key
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _ZYGOTE], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            cwd=ROOT, env=env, start_new_session=True)
+        self._buf = b""
+
+    def line(self, timeout: Optional[float]) -> dict:
+        """The zygote's next reply, waiting up to `timeout` seconds."""
+        fd = self.proc.stdout.fileno()
+        end = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired("forkrun", timeout)
+            if select.select([fd], [], [], left)[0]:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    raise RuntimeError("the forking process died "
+                                       f"(status {self.proc.wait()})")
+                self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.alive():
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+_lock = threading.Lock()
+_zygote: Optional[_Zygote] = None
+#: CPU seconds of the forked commands (tests/support/cpu_time.py adds them
+#: to the test's children, as it counts a subprocess's).
+child_cpu = 0.0
+#: Whether the last run() forked its command (False: subprocess.run).
+last_forked = False
+
+
+@atexit.register
+def _stop() -> None:
+    if _zygote is not None:
+        _zygote.close()
+
+
+def _key(env: dict) -> tuple:
+    return tuple(env.get(k) for k in _START_VARS)
+
+
+# Commands that import all of tnet first thing, as the zygote did. (Not
+# tnet.serving.checks, nor a program that loads an export: their point is
+# a process without tnet's ops.)
+MODULES = ("tnet.train", "tnet.serving.follow")
+
+
+def _parse(cmd, scripts: bool) -> Optional[tuple]:
+    """(module or None, sys.argv, the command after the interpreter), or
+    None for a command this does not run."""
+    cmd = [str(c) for c in cmd]
+    if len(cmd) < 2 or cmd[0] != sys.executable:
+        return None
+    if cmd[1] == "-m":
+        if len(cmd) > 2 and cmd[2] in MODULES:
+            return cmd[2], [cmd[2], *cmd[3:]], cmd[1:]
+        return None
+    if scripts and not cmd[1].startswith("-"):
+        return None, cmd[1:], cmd[1:]
+    return None
+
+
+def run(cmd, *, env: Optional[dict] = None, cwd=None,
+        timeout: Optional[float] = None, capture_output: bool = False,
+        text: bool = False, input=None, check: bool = False,
+        script_imports_tnet: bool = False,
+        **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, ...) for `python -m` one of MODULES, or for
+    `python script.py ...` when the caller says the script imports tnet
+    first thing (`script_imports_tnet`); any other command, or keyword
+    argument, goes to subprocess.run itself."""
+    global _zygote, child_cpu, last_forked
+    env = dict(os.environ if env is None else env)
+    parsed = _parse(cmd, script_imports_tnet)
+    last_forked = not (parsed is None or kwargs or not capture_output
+                       or "TF_CONFIG" in env
+                       or os.environ.get("TNET_FORKRUN") == "0")
+    if not last_forked:
+        return subprocess.run(cmd, env=env, cwd=cwd, timeout=timeout,
+                              capture_output=capture_output, text=text,
+                              input=input, check=check, **kwargs)
+    module, argv, orig = parsed
+    with _lock, tempfile.TemporaryDirectory(prefix="forkrun") as tmp:
+        key = _key(env)
+        if _zygote is None or _zygote.key != key or not _zygote.alive():
+            if _zygote is not None:
+                _zygote.close()
+            _zygote = _Zygote(key, {k: v for k, v in env.items()
+                                    if k != "TF_CONFIG"})
+        paths = {n: os.path.join(tmp, n) for n in ("stdin", "stdout", "stderr")}
+        for n in ("stdout", "stderr"):
+            open(paths[n], "wb").close()
+        if input is not None:
+            with open(paths["stdin"], "wb") as f:
+                f.write(input.encode() if isinstance(input, str) else input)
+        request = {"module": module, "argv": argv, "orig": orig,
+                   "cwd": os.path.abspath(str(cwd or os.getcwd())),
+                   "env": env, "stdout": paths["stdout"],
+                   "stderr": paths["stderr"],
+                   "stdin": paths["stdin"] if input is not None else None}
+        z = _zygote
+        z.proc.stdin.write(json.dumps(request) + "\n")
+        z.proc.stdin.flush()
+        pid = z.line(600)["pid"]
+        try:
+            done = z.line(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(pid, signal.SIGKILL)
+            z.line(60)
+            raise subprocess.TimeoutExpired(cmd, timeout) from None
+        child_cpu += done["cpu"]
+        out, err = (open(paths[n], "rb").read() for n in ("stdout", "stderr"))
+    if text:
+        out, err = (b.decode("utf-8", "replace") for b in (out, err))
+    res = subprocess.CompletedProcess(cmd, done["code"], out, err)
+    if check:
+        res.check_returncode()
+    return res
+
