@@ -13,6 +13,7 @@ import tensorflow as tf
 import tnet as tn
 from tnet.data import metrics, spec as spec_lib
 from support import byod_data as bd
+from tests.support import forkrun
 
 
 def _collect(ds):
@@ -286,7 +287,7 @@ def test_unparseable_record_is_named_by_tnet_train(tmp_path):
     found = tn.data.find_bad_records(spec, [str(good), str(bad)], "tfrecord")
     assert len(found) == 1 and "train.tfrecord:151:" in found[0], found
     root = pathlib.Path(__file__).resolve().parents[1]
-    proc = subprocess.run(
+    proc = forkrun.run(
         [sys.executable, "-m", "tnet.train", f"--feature_spec={spec_path}",
          "--format=tfrecord", f"--train_files={bad}", f"--eval_files={good}",
          f"--model_dir={tmp_path / 'run'}", "--hidden_units=8",

@@ -27,7 +27,7 @@ import tensorflow as tf
 import tnet as tn
 from tnet.data import spec as spec_lib
 from support import byod_data as bd
-from support import forkrun
+from tests.support import forkrun
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BINARY = bytes(range(256)) * 3 + b"\xff\xfe"  # not UTF-8, not a tf.Example

@@ -25,6 +25,7 @@ from tnet.serving import export as export_lib
 from tnet.serving import op_check
 from tnet import scopes
 from tnet.serving import export_for_serving
+from tests.support import forkrun
 
 CATEGORICAL = ["C1", "C2", "C3"]
 DENSE = ["I1", "I2"]
@@ -377,7 +378,7 @@ def test_cli_export_of_a_string_id_model_is_checked_without_tnet(tmp_path):
     model_dir = tmp_path / "run"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
-    proc = subprocess.run(
+    proc = forkrun.run(
         [sys.executable, "-m", "tnet.train",
          "--flagfile=configs/wide_deep_avazu.cfg", f"--train_files={data}",
          "--train_rows=600", "--epochs=1", f"--model_dir={model_dir}",

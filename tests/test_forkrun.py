@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from support import forkrun
+from tests.support import forkrun
 
 PROGRAM = r"""
 import atexit, json, os, sys
@@ -27,6 +27,11 @@ if sys.argv[1:] == ["raise"]:
     raise ValueError("raised")
 sys.exit(int(sys.argv[1]) if sys.argv[1:] and sys.argv[1].isdigit() else 0)
 """
+
+
+@pytest.fixture(autouse=True)
+def _forking(monkeypatch):
+    monkeypatch.delenv("TNET_FORKRUN", raising=False)  # (=0: never forks)
 
 
 @pytest.fixture

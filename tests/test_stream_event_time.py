@@ -17,6 +17,7 @@ import pytest
 
 import tnet as tn
 
+from tests.support import forkrun
 from tests.support.ckpt import assert_same_model, spec_wide_deep as _model
 from tnet.data import spec as spec_lib
 from tnet.data.stream import FileStream
@@ -170,7 +171,7 @@ def test_cli_a_bad_event_time_feature_exits_2(tmp_path):
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(SPEC))
     (tmp_path / "in").mkdir()
-    res = subprocess.run(
+    res = forkrun.run(
         [sys.executable, "-m", "tnet.train", f"--feature_spec={spec_path}",
          "--format=csv", f"--stream={tmp_path / 'in'}",
          f"--model_dir={tmp_path / 'run'}", "--stream_idle_secs=1",

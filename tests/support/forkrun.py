@@ -16,9 +16,9 @@ here: which modules a command imports (test_imports), TensorFlow's
 start-up lines (test_imports, test_cli_bad_input), the environment read at
 import (malloc options, LD_PRELOAD: test_malloc, test_bind), a cluster
 task (it re-executes itself with the bind library). `run()` falls back to
-`subprocess.run` for those: any command with TF_CONFIG, any environment
-whose import-time variables differ from the zygote's, and everything when
-TNET_FORKRUN=0.
+`subprocess.run` for any command with TF_CONFIG, any command not known to
+import tnet first, and everything when TNET_FORKRUN=0; commands whose
+import-time environment (_START_VARS) differs get a zygote of their own.
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # starts: a command whose values differ cannot share the zygote's start.
 _START_VARS = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL",
                "TF_CPP_VMODULE", "TF_ENABLE_ONEDNN_OPTS", "LD_PRELOAD",
-               "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHASHSEED",
+               "LD_LIBRARY_PATH", "PYTHONHASHSEED",
                "PYTHONUNBUFFERED", "PYTHONWARNINGS", "PYTHONDONTWRITEBYTECODE",
                "GLIBC_TUNABLES", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS",
                "OPENBLAS_NUM_THREADS", "TF_USE_LEGACY_KERAS", "TF_CONFIG",
@@ -53,6 +53,8 @@ tn._load()
 import tnet.cli.main, tnet.serving.follow  # noqa: F401 (their imports too)
 for name in ("tnet.train", "tnet.serving.follow"):
     sys.modules.pop(name, None)   # run_module runs them afresh as __main__
+own = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))
+site_path = [p for p in sys.path[1:] if p not in own]
 control = os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_RDWR)
 os.dup2(null, 1)
@@ -86,6 +88,8 @@ sys.stdin = open(0, closefd=False)
 os.chdir(req["cwd"])
 os.environ.clear()
 os.environ.update(req["env"])
+sys.path[:] = [""] + [p for p in req["env"].get("PYTHONPATH", "").split(
+    os.pathsep) if p] + site_path   # as a Python started with its PYTHONPATH
 sys.argv = list(req["argv"])
 sys.orig_argv = [sys.executable] + list(req["orig"])
 if req["module"]:
@@ -136,7 +140,7 @@ class _Zygote:
 
 
 _lock = threading.Lock()
-_zygote: Optional[_Zygote] = None
+_zygotes: dict = {}  # by the import-time environment
 #: CPU seconds of the forked commands (tests/support/cpu_time.py adds them
 #: to the test's children, as it counts a subprocess's).
 child_cpu = 0.0
@@ -146,8 +150,8 @@ last_forked = False
 
 @atexit.register
 def _stop() -> None:
-    if _zygote is not None:
-        _zygote.close()
+    for z in _zygotes.values():
+        z.close()
 
 
 def _key(env: dict) -> tuple:
@@ -184,7 +188,7 @@ def run(cmd, *, env: Optional[dict] = None, cwd=None,
     `python script.py ...` when the caller says the script imports tnet
     first thing (`script_imports_tnet`); any other command, or keyword
     argument, goes to subprocess.run itself."""
-    global _zygote, child_cpu, last_forked
+    global child_cpu, last_forked
     env = dict(os.environ if env is None else env)
     parsed = _parse(cmd, script_imports_tnet)
     last_forked = not (parsed is None or kwargs or not capture_output
@@ -197,11 +201,9 @@ def run(cmd, *, env: Optional[dict] = None, cwd=None,
     module, argv, orig = parsed
     with _lock, tempfile.TemporaryDirectory(prefix="forkrun") as tmp:
         key = _key(env)
-        if _zygote is None or _zygote.key != key or not _zygote.alive():
-            if _zygote is not None:
-                _zygote.close()
-            _zygote = _Zygote(key, {k: v for k, v in env.items()
-                                    if k != "TF_CONFIG"})
+        z = _zygotes.get(key)
+        if z is None or not z.alive():
+            z = _zygotes[key] = _Zygote(key, env)
         paths = {n: os.path.join(tmp, n) for n in ("stdin", "stdout", "stderr")}
         for n in ("stdout", "stderr"):
             open(paths[n], "wb").close()
@@ -213,7 +215,6 @@ def run(cmd, *, env: Optional[dict] = None, cwd=None,
                    "env": env, "stdout": paths["stdout"],
                    "stderr": paths["stderr"],
                    "stdin": paths["stdin"] if input is not None else None}
-        z = _zygote
         z.proc.stdin.write(json.dumps(request) + "\n")
         z.proc.stdin.flush()
         pid = z.line(600)["pid"]
