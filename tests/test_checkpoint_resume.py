@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import tnet as tn  # noqa: I001  (before tensorflow: selects tf_keras)
+from tests.support import forkrun
 import tensorflow as tf
 import tf_keras
 
@@ -113,8 +114,8 @@ def test_sigkill_after_checkpoint_then_resume_one_process(tmp_path):
     saved_dump = tmp_path / "dump" / f"saved-{step}.npz"
     assert saved_dump.exists(), "killed between the save and its dump"
 
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                         env=_env(), timeout=300)
+    res = forkrun.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                      env=_env(), timeout=300, script_imports_tnet=True)
     out = res.stdout
     assert res.returncode == 0, (out + res.stderr)[-3000:]
     assert f"CKPT_RESTORED step={step}" in out, out[-3000:]

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 import tnet as tn  # noqa: F401
+from tests.support import forkrun
 import tensorflow as tf
 
 from tests.conftest import fuzz_seed
@@ -82,8 +83,9 @@ def _run(tmp, *args, expect_kill=False):
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}"
                f"{os.environ.get('PYTHONPATH', '')}", TF_CPP_MIN_LOG_LEVEL="2",
                CUDA_VISIBLE_DEVICES="")
-    out = subprocess.run([sys.executable, str(PROGRAM), *args], cwd=tmp,
-                         env=env, capture_output=True, text=True, timeout=600)
+    out = forkrun.run([sys.executable, str(PROGRAM), *args], cwd=tmp,
+                      env=env, capture_output=True, text=True, timeout=600,
+                      script_imports_tnet=True)
     if expect_kill:
         assert out.returncode == -signal.SIGKILL, out.stderr[-3000:]
         assert "SAVED" in out.stdout
@@ -308,8 +310,8 @@ def test_daily_loop_killed_mid_day_equals_the_uninterrupted_one(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), CI="true",
                TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    run = subprocess.run(_daily(tmp_path, str(whole)), cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=400)
+    run = forkrun.run(_daily(tmp_path, str(whole)), cwd=tmp_path, env=env,
+                      capture_output=True, text=True, timeout=400)
     assert run.returncode == 0, run.stderr[-3000:]
     day_seconds = json.loads((whole / "days.json").read_text())[
         "days"][DAYS[1]]["train_seconds"]
@@ -329,8 +331,8 @@ def test_daily_loop_killed_mid_day_equals_the_uninterrupted_one(tmp_path):
     first = log.read_text()
     assert f"day {DAYS[0]} trained" in first, first[-3000:]
     assert f"day {DAYS[1]} trained" not in first, "killed too late"
-    rerun = subprocess.run(_daily(tmp_path, str(cut)), cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=400)
+    rerun = forkrun.run(_daily(tmp_path, str(cut)), cwd=tmp_path, env=env,
+                        capture_output=True, text=True, timeout=400)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"day {DAYS[0]} already trained, skipped" in rerun.stdout
     a, b = _checkpoint_arrays(whole), _checkpoint_arrays(cut)
