@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, data_file
+from tests.support import forkrun
 import tnet.data as td
 from tnet.data import _rows
 from tnet.data.criteo import CRITEO_TSV
@@ -367,8 +368,9 @@ def test_parameter_server_worker_reads_and_reports(tmp_path, dev_lines):
             print("ERROR", str(e).count({str(bad) + ':4: expected 40 fields'!r}) > 0, flush=True)
     """)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=240)
+    proc = forkrun.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=240,
+                       script_imports_tnet=True)
     assert "SIZES [10, 10, 10, 10, 10]" in proc.stdout, proc.stdout + proc.stderr[-3000:]
     assert "ERROR True" in proc.stdout, proc.stdout + proc.stderr[-3000:]
     assert f"skipping malformed Criteo TSV row {bad}:4:" in proc.stderr

@@ -67,6 +67,20 @@ def test_status_output_argv_cwd_env_and_stdin_are_the_commands(
     assert ("ValueError: raised" in forked.stderr) == (code == 1)
 
 
+def test_python_c_code_and_its_arguments(tmp_path):
+    code = ("import sys, tnet\nprint(sys.argv, __name__, "
+            "sorted(n for n in globals() if not n.startswith('__')))\n"
+            "sys.exit(5)")
+    cmd = [sys.executable, "-c", code, "a", "b"]
+    fresh = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    forked = forkrun.run(cmd, capture_output=True, text=True, cwd=tmp_path,
+                         script_imports_tnet=True)
+    assert forkrun.last_forked
+    assert fresh.returncode == forked.returncode == 5
+    assert forked.stdout == fresh.stdout == \
+        "['-c', 'a', 'b'] __main__ ['sys', 'tnet']\n"
+
+
 def test_nothing_a_command_does_reaches_the_next(program, tmp_path):
     first = forkrun.run([sys.executable, str(program)], capture_output=True,
                         text=True, script_imports_tnet=True, cwd=tmp_path)

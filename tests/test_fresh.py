@@ -30,6 +30,7 @@ import tnet as tn
 from tnet import feature_column as fc
 from tnet.serving import deltas, op_check, publish, update_key, updatable
 from tnet.serving import follow
+from tests.support import forkrun
 
 TOL = 1e-5
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -217,9 +218,9 @@ def _follow_cli(export, address, *flags, env_extra=None):
     env = {k: v for k, v in os.environ.items() if k != update_key.ENV_VAR}
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(
         os.path.abspath(__file__))) + os.pathsep + env.get("PYTHONPATH", "")
-    env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
     env.update(env_extra or {})
-    return subprocess.run(
+    return forkrun.run(
         [sys.executable, "-m", "tnet.serving.follow", "--export_dir", export,
          "--target", f"grpc://{address}/ranker", "--once", *flags],
         capture_output=True, text=True, env=env, timeout=300)
@@ -956,11 +957,11 @@ def test_follow_bad_flags_exit_2(tmp_path):
     """A flag typo exits 2 with argparse's usage line (nothing is applied;
     a missing export: test_follow_error_is_its_only_output_line)."""
     for args, says in ((["--export_dirr", str(tmp_path)], "--export_dir"),):
-        res = subprocess.run(
+        res = forkrun.run(
             [sys.executable, "-m", "tnet.serving.follow", *args,
              *([] if "--target" in args else ["--target", "grpc://a:1/m"])],
             capture_output=True, text=True, timeout=120,
-            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
         assert res.returncode == 2, res.stderr[-2000:]
         assert says in res.stderr and "Traceback" not in res.stderr
 

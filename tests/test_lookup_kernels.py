@@ -13,6 +13,7 @@ import tensorflow as tf
 import tnet as tn
 from tnet import _ops, scopes
 from tnet.layers import lookup
+from tests.support import forkrun
 
 RNG = np.random.default_rng(7)
 
@@ -100,8 +101,9 @@ def test_unique_on_more_threads_than_this_machine(threads, tmp_path):
     with a larger intra-op pool checks that path against tf.unique."""
     script = tmp_path / "chunked_unique.py"
     script.write_text(_CHUNKED_UNIQUE)
-    out = subprocess.run([sys.executable, str(script), str(threads)],
-                         capture_output=True, text=True, timeout=300)
+    out = forkrun.run([sys.executable, str(script), str(threads)],
+                      capture_output=True, text=True, timeout=300,
+                      script_imports_tnet=True)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"ok {threads}" in out.stdout
 
@@ -462,8 +464,8 @@ def test_segment_combines_survive_huge_num_segments(tmp_path):
     test, not the run."""
     script = tmp_path / "huge.py"
     script.write_text(_HUGE_SEGMENTS)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True,
-                         text=True, timeout=300)
+    out = forkrun.run([sys.executable, str(script)], capture_output=True,
+                      text=True, timeout=300, script_imports_tnet=True)
     assert out.returncode == 0 and out.stdout.strip().endswith("OK"), (
         out.returncode, out.stdout[-500:], out.stderr[-2000:])
 
@@ -558,9 +560,9 @@ def test_combines_are_the_same_on_any_number_of_threads(tmp_path):
     got = []
     for threads in (1, 3):
         path = tmp_path / f"out{threads}.npz"
-        out = subprocess.run([sys.executable, str(script), str(threads),
-                              str(path)], capture_output=True, text=True,
-                             timeout=300)
+        out = forkrun.run([sys.executable, str(script), str(threads),
+                           str(path)], capture_output=True, text=True,
+                          timeout=300, script_imports_tnet=True)
         assert out.returncode == 0, out.stderr[-3000:]
         assert f"ok {threads}" in out.stdout
         got.append(np.load(path))

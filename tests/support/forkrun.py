@@ -95,6 +95,13 @@ sys.orig_argv = [sys.executable] + list(req["orig"])
 if req["module"]:
     sys.path[0] = os.getcwd()
     runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
+elif req["argv"][0] == "-c":   # the code's globals are __main__'s, as its
+    __g = sys.modules["__main__"].__dict__   # own: none of this program's
+    __g["__tnet_code"] = compile(req["code"], "<string>", "exec")
+    for __n in [n for n in __g if not n.startswith("__")]:
+        del __g[__n]
+    del __n
+    exec(__g.pop("__tnet_code"), __g.pop("__g"))
 else:
     sys.path[0] = os.path.dirname(os.path.abspath(req["argv"][0]))
     runpy.run_path(req["argv"][0], run_name="__main__")
@@ -174,6 +181,8 @@ def _parse(cmd, scripts: bool) -> Optional[tuple]:
         if len(cmd) > 2 and cmd[2] in MODULES:
             return cmd[2], [cmd[2], *cmd[3:]], cmd[1:]
         return None
+    if scripts and cmd[1] == "-c" and len(cmd) > 2:
+        return None, ["-c", *cmd[3:]], cmd[1:]
     if scripts and not cmd[1].startswith("-"):
         return None, cmd[1:], cmd[1:]
     return None
@@ -185,9 +194,9 @@ def run(cmd, *, env: Optional[dict] = None, cwd=None,
         script_imports_tnet: bool = False,
         **kwargs) -> subprocess.CompletedProcess:
     """subprocess.run(cmd, ...) for `python -m` one of MODULES, or for
-    `python script.py ...` when the caller says the script imports tnet
-    first thing (`script_imports_tnet`); any other command, or keyword
-    argument, goes to subprocess.run itself."""
+    `python script.py ...` / `python -c code ...` when the caller says the
+    program imports tnet first thing (`script_imports_tnet`); any other
+    command, or keyword argument, goes to subprocess.run itself."""
     global child_cpu, last_forked
     env = dict(os.environ if env is None else env)
     parsed = _parse(cmd, script_imports_tnet)
@@ -211,6 +220,7 @@ def run(cmd, *, env: Optional[dict] = None, cwd=None,
             with open(paths["stdin"], "wb") as f:
                 f.write(input.encode() if isinstance(input, str) else input)
         request = {"module": module, "argv": argv, "orig": orig,
+                   "code": orig[1] if argv[0] == "-c" else None,
                    "cwd": os.path.abspath(str(cwd or os.getcwd())),
                    "env": env, "stdout": paths["stdout"],
                    "stderr": paths["stderr"],
