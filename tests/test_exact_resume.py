@@ -317,8 +317,8 @@ def test_daily_loop_killed_mid_day_equals_the_uninterrupted_one(tmp_path):
         "days"][DAYS[1]]["train_seconds"]
     log = tmp_path / "cut.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(_daily(tmp_path, str(cut)), cwd=tmp_path,
-                                env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = forkrun.Popen(_daily(tmp_path, str(cut)), cwd=tmp_path,
+                             env=env, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None:
             if f"training day {DAYS[1]}" in log.read_text():

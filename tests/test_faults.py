@@ -38,6 +38,7 @@ from tests.support.ckpt import (assert_dumps_equal, assert_same_tables, build,
                                 tiny)
 from tests.support.cluster import assert_all_stopped
 from tests.support.cluster import cluster as start_cluster
+from tests.support import forkrun
 from tnet.saving import checkpoint as ckpt_mod
 from tnet.saving import CheckpointError
 
@@ -68,8 +69,8 @@ def _resume_and_check(tmp_path, step, epochs, extra=(), cluster=True):
     else:
         env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
         env.pop("TF_CONFIG", None)
-        run = subprocess.run(args, cwd=ROOT, env=env, capture_output=True,
-                             text=True, timeout=400)
+        run = forkrun.run(args, cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=400, script_imports_tnet=True)
         code, out = run.returncode, run.stdout + run.stderr
     assert code == 0, out[-3000:]
     assert f"CKPT_RESTORED step={step}" in out, out[-3000:]

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -127,3 +128,47 @@ def test_only_a_command_that_imports_tnet_first_is_forked(tmp_path, how,
     assert forkrun.last_forked is forked
     if cmd[0] == str(probe):  # TensorFlow before its first line: forked
         assert res.stdout == f"{forked}\n"
+
+
+def test_merged_output_as_subprocess_gives_it(program, tmp_path):
+    """stdout=PIPE, stderr=STDOUT: one stream, in the order written."""
+    cmd = [sys.executable, str(program), "2"]
+    kw = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+              cwd=tmp_path, env=dict(os.environ, FORKRUN_VAR="v"))
+    fresh = subprocess.run(cmd, **kw)
+    forked = forkrun.run(cmd, script_imports_tnet=True, **kw)
+    assert forkrun.last_forked and forked.stderr is None
+    assert forked.returncode == fresh.returncode == 2
+    assert forked.stdout.splitlines()[-1] == "atexit ran"
+    # (the fresh Python also prints TensorFlow's start-up lines, if any)
+    assert forked.stdout.splitlines() == [
+        line for line in fresh.stdout.splitlines()
+        if line.startswith(("{", "atexit"))]
+
+
+def test_popen_a_command_then_kill_it(tmp_path):
+    """A forked Popen is killed from outside as a process of its own is:
+    its status says SIGKILL, what it wrote before is in its log, and the
+    next command forks."""
+    script = tmp_path / "wait.py"
+    script.write_text("import sys, time, tnet\nprint('ready', flush=True)\n"
+                      "print('to stderr', file=sys.stderr, flush=True)\n"
+                      "time.sleep(120)\n")
+    log = tmp_path / "log"
+    with open(log, "w") as out:
+        proc = forkrun.Popen([sys.executable, str(script)], stdout=out,
+                             stderr=subprocess.STDOUT,
+                             script_imports_tnet=True)
+        assert proc._z is not None  # forked
+        for _ in range(600):
+            if "to stderr" in log.read_text():
+                break
+            assert proc.poll() is None
+            time.sleep(0.05)
+        assert proc.poll() is None
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+    assert log.read_text() == "ready\nto stderr\n"
+    res = forkrun.run([sys.executable, "-c", "import tnet"],
+                      capture_output=True, script_imports_tnet=True)
+    assert res.returncode == 0 and forkrun.last_forked

@@ -24,6 +24,7 @@ import tensorflow as tf
 import tf_keras
 
 from tests.conftest import fuzz_seed
+from tests.support import forkrun
 from support import byod_data as bd
 from tests.support.ckpt import assert_same_model, spec_wide_deep as _model
 from tnet.data import spec as spec_lib
@@ -362,10 +363,10 @@ def _kill_and_resume(tmp_path: pathlib.Path, kills: int, seed: int,
                   bd.rows(40, seed=99), damaged={11: b"\x07junk"})
         log = tmp_path / f"run{k}.log"
         with open(log, "w") as out:
-            proc = subprocess.Popen(_cli(tmp_path, "ckpt",
-                                         *_publish(tmp_path, "ckpt", publish)),
-                                    cwd=tmp_path, env=_env(), stdout=out,
-                                    stderr=subprocess.STDOUT)
+            proc = forkrun.Popen(_cli(tmp_path, "ckpt",
+                                      *_publish(tmp_path, "ckpt", publish)),
+                                 cwd=tmp_path, env=_env(), stdout=out,
+                                 stderr=subprocess.STDOUT)
             _wait_for(proc, log, "tnet.train: trained")
             for _ in range(2):  # land while it trains
                 land()
@@ -377,10 +378,10 @@ def _kill_and_resume(tmp_path: pathlib.Path, kills: int, seed: int,
     # The last run: SIGTERM once it has trained the newest file.
     log = tmp_path / "final.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(_cli(tmp_path, "ckpt",
-                                     *_publish(tmp_path, "ckpt", publish)),
-                                cwd=tmp_path, env=_env(), stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = forkrun.Popen(_cli(tmp_path, "ckpt",
+                                  *_publish(tmp_path, "ckpt", publish)),
+                             cwd=tmp_path, env=_env(), stdout=out,
+                             stderr=subprocess.STDOUT)
         _wait_for(proc, log, f"trained {data}/clicks-{len(sizes) - 1:04d}")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=300) == 0, log.read_text()[-4000:]
@@ -388,12 +389,12 @@ def _kill_and_resume(tmp_path: pathlib.Path, kills: int, seed: int,
     assert "stream stopped (SIGTERM)" in logs[-1]
     assert glob.glob(str(tmp_path / "ckpt" / ".ckpt-*")) == []
     n_files = len(sizes)
-    reference = subprocess.run(_cli(tmp_path, "reference",
-                                    "--stream_idle_secs=1",
-                                    *_publish(tmp_path, "reference", publish)),
-                               cwd=tmp_path, env=_env(), text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               timeout=400)
+    reference = forkrun.run(_cli(tmp_path, "reference",
+                                 "--stream_idle_secs=1",
+                                 *_publish(tmp_path, "reference", publish)),
+                            cwd=tmp_path, env=_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            timeout=400)
     assert reference.returncode == 0, reference.stdout[-4000:]
     if publish:
         assert "tnet.train: metrics on http://" in reference.stdout
@@ -485,7 +486,7 @@ def test_cli_bad_file_fail_exits_4_naming_the_record(tmp_path):
     data = tmp_path / "in"
     _land(data, "a-1.tfrecord", bd.rows(40, seed=1))
     _land(data, "a-2.tfrecord", bd.rows(40, seed=2), damaged={5: b"\x01\x02"})
-    res = subprocess.run(_cli(tmp_path, "ckpt", "--stream_idle_secs=1",
+    res = forkrun.run(_cli(tmp_path, "ckpt", "--stream_idle_secs=1",
                               "--bad_files=fail",
                               *_publish(tmp_path, "ckpt", True)),
                          cwd=tmp_path, env=_env(), text=True,

@@ -42,7 +42,7 @@ _START_VARS = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL",
                "TF_CPP_VMODULE", "TF_ENABLE_ONEDNN_OPTS", "LD_PRELOAD",
                "LD_LIBRARY_PATH", "PYTHONHASHSEED",
                "PYTHONUNBUFFERED", "PYTHONWARNINGS", "PYTHONDONTWRITEBYTECODE",
-               "GLIBC_TUNABLES", "OMP_NUM_THREADS",
+               "GLIBC_TUNABLES",
                "OPENBLAS_NUM_THREADS", "TF_USE_LEGACY_KERAS", "TF_CONFIG",
                "TNET_BIND_REEXEC")
 
@@ -82,8 +82,9 @@ def serve():
 req = serve()
 control.close()
 os.dup2(os.open(req.get("stdin") or os.devnull, os.O_RDONLY), 0)
-os.dup2(os.open(req["stdout"], os.O_WRONLY), 1)
-os.dup2(os.open(req["stderr"], os.O_WRONLY), 2)
+os.dup2(os.open(req["stdout"], os.O_WRONLY | os.O_APPEND), 1)
+os.dup2(1 if req["stderr"] == req["stdout"] else
+        os.open(req["stderr"], os.O_WRONLY | os.O_APPEND), 2)
 sys.stdin = open(0, closefd=False)
 os.chdir(req["cwd"])
 os.environ.clear()
@@ -116,21 +117,22 @@ class _Zygote:
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             cwd=ROOT, env=env, start_new_session=True)
         self._buf = b""
+        self.busy = False  # running a command (one at a time)
 
     def line(self, timeout: Optional[float]) -> dict:
         """The zygote's next reply, waiting up to `timeout` seconds."""
         fd = self.proc.stdout.fileno()
         end = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self._buf:
-            left = None if end is None else end - time.monotonic()
-            if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired("forkrun", timeout)
+            left = None if end is None else max(0.0, end - time.monotonic())
             if select.select([fd], [], [], left)[0]:
                 chunk = os.read(fd, 4096)
                 if not chunk:
                     raise RuntimeError("the forking process died "
                                        f"(status {self.proc.wait()})")
                 self._buf += chunk
+            elif left is not None and time.monotonic() >= end:
+                raise subprocess.TimeoutExpired("forkrun", timeout)
         line, self._buf = self._buf.split(b"\n", 1)
         return json.loads(line)
 
@@ -188,6 +190,46 @@ def _parse(cmd, scripts: bool) -> Optional[tuple]:
     return None
 
 
+def _forkable(cmd, env: dict, scripts: bool) -> Optional[tuple]:
+    parsed = _parse(cmd, scripts)
+    if (parsed is None or "TF_CONFIG" in env
+            or os.environ.get("TNET_FORKRUN") == "0"):
+        return None
+    return parsed
+
+
+def _begin(parsed: tuple, env: dict, cwd, stdin: Optional[str],
+           stdout: str, stderr: str) -> Optional[tuple]:
+    """Forks the command: (zygote, pid), or None when the zygote for its
+    environment is running another command (a Popen still alive)."""
+    key = _key(env)
+    with _lock:
+        z = _zygotes.get(key)
+        if z is None or not z.alive():
+            z = _zygotes[key] = _Zygote(key, env)
+        if z.busy:
+            return None
+        z.busy = True
+    module, argv, orig = parsed
+    request = {"module": module, "argv": argv, "orig": orig,
+               "code": orig[1] if argv[0] == "-c" else None,
+               "cwd": os.path.abspath(str(cwd or os.getcwd())),
+               "env": env, "stdout": stdout, "stderr": stderr,
+               "stdin": stdin}
+    z.proc.stdin.write(json.dumps(request) + "\n")
+    z.proc.stdin.flush()
+    return z, z.line(600)["pid"]
+
+
+def _end(z: _Zygote, timeout: Optional[float]) -> int:
+    """Waits up to `timeout` s for the forked command: its exit status."""
+    global child_cpu
+    done = z.line(timeout)
+    z.busy = False
+    child_cpu += done["cpu"]
+    return done["code"]
+
+
 def run(cmd, *, env: Optional[dict] = None, cwd=None,
         timeout: Optional[float] = None, capture_output: bool = False,
         text: bool = False, input=None, check: bool = False,
@@ -195,51 +237,102 @@ def run(cmd, *, env: Optional[dict] = None, cwd=None,
         **kwargs) -> subprocess.CompletedProcess:
     """subprocess.run(cmd, ...) for `python -m` one of MODULES, or for
     `python script.py ...` / `python -c code ...` when the caller says the
-    program imports tnet first thing (`script_imports_tnet`); any other
-    command, or keyword argument, goes to subprocess.run itself."""
-    global child_cpu, last_forked
+    program imports tnet first thing (`script_imports_tnet`), its output
+    captured (capture_output, or stdout=PIPE with stderr=STDOUT); any
+    other command goes to subprocess.run itself."""
+    global last_forked
     env = dict(os.environ if env is None else env)
-    parsed = _parse(cmd, script_imports_tnet)
-    last_forked = not (parsed is None or kwargs or not capture_output
-                       or "TF_CONFIG" in env
-                       or os.environ.get("TNET_FORKRUN") == "0")
-    if not last_forked:
-        return subprocess.run(cmd, env=env, cwd=cwd, timeout=timeout,
-                              capture_output=capture_output, text=text,
-                              input=input, check=check, **kwargs)
-    module, argv, orig = parsed
-    with _lock, tempfile.TemporaryDirectory(prefix="forkrun") as tmp:
-        key = _key(env)
-        z = _zygotes.get(key)
-        if z is None or not z.alive():
-            z = _zygotes[key] = _Zygote(key, env)
-        paths = {n: os.path.join(tmp, n) for n in ("stdin", "stdout", "stderr")}
-        for n in ("stdout", "stderr"):
-            open(paths[n], "wb").close()
-        if input is not None:
-            with open(paths["stdin"], "wb") as f:
-                f.write(input.encode() if isinstance(input, str) else input)
-        request = {"module": module, "argv": argv, "orig": orig,
-                   "code": orig[1] if argv[0] == "-c" else None,
-                   "cwd": os.path.abspath(str(cwd or os.getcwd())),
-                   "env": env, "stdout": paths["stdout"],
-                   "stderr": paths["stderr"],
-                   "stdin": paths["stdin"] if input is not None else None}
-        z.proc.stdin.write(json.dumps(request) + "\n")
-        z.proc.stdin.flush()
-        pid = z.line(600)["pid"]
-        try:
-            done = z.line(timeout)
-        except subprocess.TimeoutExpired:
-            os.kill(pid, signal.SIGKILL)
-            z.line(60)
-            raise subprocess.TimeoutExpired(cmd, timeout) from None
-        child_cpu += done["cpu"]
-        out, err = (open(paths[n], "rb").read() for n in ("stdout", "stderr"))
-    if text:
-        out, err = (b.decode("utf-8", "replace") for b in (out, err))
-    res = subprocess.CompletedProcess(cmd, done["code"], out, err)
-    if check:
-        res.check_returncode()
-    return res
+    merged = kwargs == {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    parsed = _forkable(cmd, env, script_imports_tnet)
+    last_forked = False
+    if parsed is not None and (capture_output and not kwargs or merged):
+        with tempfile.TemporaryDirectory(prefix="forkrun") as tmp:
+            paths = {n: os.path.join(tmp, n)
+                     for n in ("stdin", "stdout", "stderr")}
+            for n in ("stdout", "stderr"):
+                open(paths[n], "wb").close()
+            if input is not None:
+                with open(paths["stdin"], "wb") as f:
+                    f.write(input.encode() if isinstance(input, str) else input)
+            started = _begin(parsed, env, cwd,
+                             paths["stdin"] if input is not None else None,
+                             paths["stdout"],
+                             paths["stdout" if merged else "stderr"])
+            if started is not None:
+                last_forked = True
+                z, pid = started
+                try:
+                    code = _end(z, timeout)
+                except subprocess.TimeoutExpired:
+                    os.kill(pid, signal.SIGKILL)
+                    _end(z, 60)
+                    raise subprocess.TimeoutExpired(cmd, timeout) from None
+                out = open(paths["stdout"], "rb").read()
+                err = None if merged else open(paths["stderr"], "rb").read()
+                if text:
+                    out, err = (None if b is None else
+                                b.decode("utf-8", "replace") for b in (out, err))
+                res = subprocess.CompletedProcess(cmd, code, out, err)
+                if check:
+                    res.check_returncode()
+                return res
+    return subprocess.run(cmd, env=env, cwd=cwd, timeout=timeout,
+                          capture_output=capture_output, text=text,
+                          input=input, check=check, **kwargs)
 
+
+class Popen:
+    """subprocess.Popen(cmd, stdout=<an open file>, stderr=STDOUT or
+    another open file, ...) for a command run() would fork, started
+    forked: pid, poll(), wait(), send_signal(), kill(), terminate(),
+    returncode. Anything else (or the zygote busy with another Popen)
+    is a real subprocess.Popen."""
+
+    def __init__(self, cmd, *, stdout, stderr=None, cwd=None,
+                 env: Optional[dict] = None, script_imports_tnet=False):
+        env = dict(os.environ if env is None else env)
+        self.args, self.returncode = cmd, None
+        self._z = self._proc = None
+        parsed = _forkable(cmd, env, script_imports_tnet)
+        named = hasattr(stdout, "name") and (
+            stderr == subprocess.STDOUT or hasattr(stderr, "name"))
+        if parsed is not None and named:
+            stdout.flush()
+            err = stdout if stderr == subprocess.STDOUT else stderr
+            started = _begin(parsed, env, cwd, None, stdout.name, err.name)
+            if started is not None:
+                self._z, self.pid = started
+                return
+        self._proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr,
+                                      cwd=cwd, env=env)
+        self.pid = self._proc.pid
+
+    def poll(self) -> Optional[int]:
+        if self._proc is not None:
+            self.returncode = self._proc.poll()
+        elif self.returncode is None:
+            try:
+                self.returncode = _end(self._z, 0)
+            except subprocess.TimeoutExpired:
+                pass
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        if self._proc is not None:
+            self.returncode = self._proc.wait(timeout)
+        elif self.returncode is None:
+            try:
+                self.returncode = _end(self._z, timeout)
+            except subprocess.TimeoutExpired:
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
