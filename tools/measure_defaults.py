@@ -271,7 +271,8 @@ MAX_EPOCHS = 10
 VAL_ROWS = {"criteo": 1000, "avazu": 300, "multi_valued": 2400}
 SPARSE_HEAVY_VAL_BATCHES = 6     # of the 64 training batches
 SWEEP_CASES = ("criteo", "avazu", "multi_valued", "sparse_heavy",
-               "criteo_wd", "avazu_wd", "tfrecord_mv", "movielens_two_tower")
+               "criteo_wd", "avazu_wd", "criteo_deepfm", "avazu_deepfm",
+               "tfrecord_mv", "movielens_two_tower")
 # Criterion 1 only, settings "stock" and "default": the TensorNet-style
 # model on tf.Example TFRecords (tests/programs/tfrecord_mv.py, hold-out
 # AUC) and tools/bench_retrieval.py's two-tower on MovieLens 100k (ua
@@ -442,7 +443,8 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
                  else (lambda f: model(f, training=False)))
     else:
         dd = pathlib.Path(data_dir)
-        vr = VAL_ROWS[case.removesuffix("_wd")] if early else 0
+        vr = (VAL_ROWS[case.removesuffix("_wd").removesuffix("_deepfm")]
+              if early else 0)
         if case == "criteo":
             data = user_models.criteo_data(dd, seed, val_rows=vr)
             model = (user_models.criteo_user_wide_deep() if side == "tnet"
@@ -471,6 +473,31 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
                     embedding_dim=8, hidden_units=user_models.HIDDEN,
                     train_metrics=False, wide_optimizer=wide_opt,
                     string_ids=not is_criteo)
+        elif case in ("criteo_deepfm", "avazu_deepfm"):
+            # tnet's tn.models.DeepFM (as the CLI builds it, deep dim 8;
+            # its first-order term LinearFeatures with its default FTRL,
+            # or the setting's "/RULE:LR:START") against the same model
+            # in stock tf_keras (user_models.stock_deepfm).
+            from tnet import data as tn_data
+            is_criteo = case == "criteo_deepfm"
+            data = (user_models.criteo_data if is_criteo
+                    else user_models.avazu_data)(dd, seed, val_rows=vr)
+            cats = (tn_data.CRITEO_CAT_COLUMNS if is_criteo
+                    else tn_data.AVAZU_CAT_COLUMNS)
+            dense = tn_data.CRITEO_INT_COLUMNS if is_criteo else []
+            if side == "stock":
+                model = user_models.stock_deepfm(cats, dense,
+                                                 string_ids=not is_criteo)
+            else:
+                model = tn.models.DeepFM(cats, dense, embedding_dim=8,
+                                         hidden_units=user_models.HIDDEN,
+                                         train_metrics=False,
+                                         string_ids=not is_criteo)
+                if ftrl is not None:  # DeepFM takes no rule: swap the
+                    # unbuilt first-order layer for one with the setting's
+                    model.first_order = tn.layers.LinearFeatures(
+                        model.category_columns, optimizer=wide_rule(ftrl),
+                        name="first_order")
         elif case == "multi_valued":
             data = user_models.multi_valued_data(seed, val_rows=vr)
             model = (user_models.multi_valued_user_model() if side == "tnet"
@@ -482,7 +509,7 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
             train = train.unbatch().batch(train_batch)
         opt = user_models.optimizer("adagrad", side == "stock",
                                     accumulator=acc, row=row)
-        if case.endswith("_wd") and side == "tnet":
+        if case.endswith(("_wd", "_deepfm")) and side == "tnet":
             model.compile(opt)    # its own loss and AUC metric
             score = lambda f: model.logits(f, training=False)  # noqa: E731
         else:

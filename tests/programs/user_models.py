@@ -202,6 +202,37 @@ def avazu_stock_wide_deep(hidden: Sequence[int] = HIDDEN) -> tf_keras.Model:
     return tf_keras.Model(inputs, logits)
 
 
+# ----------------------------------------------------------------- DeepFM
+def stock_deepfm(categorical: Sequence[str], dense: Sequence[str] = (),
+                 string_ids: bool = False, dim: int = 8,
+                 hidden: Sequence[int] = HIDDEN) -> tf_keras.Model:
+    """tn.models.DeepFM's architecture as a stock tf_keras user writes it:
+    each id column reduced into NUM_BINS rows (floormod for int ids,
+    `to_hash_bucket_fast` for strings), a dim-`dim` embedding (Keras'
+    uniform) that the FM term and the MLP share, a 1-wide zero-initialized
+    one for the first-order term; logits = first order + FM + MLP([the
+    embeddings, the dense features])."""
+    dtype = tf.string if string_ids else tf.int64
+    inputs = {c: tf_keras.Input((), dtype=dtype, name=c) for c in categorical}
+    inputs.update({d: tf_keras.Input((), dtype=tf.float32, name=d)
+                   for d in dense})
+    table = HashedEmbedding if string_ids else SparseEmbedding
+    v = [table(NUM_BINS, dim, name=f"emb_{c}")(inputs[c])
+         for c in categorical]
+    first = [table(NUM_BINS, 1, initializer="zeros",
+                   name=f"first_order_{c}")(inputs[c]) for c in categorical]
+    stacked = tf.stack(v, axis=1)                       # [B, F, dim]
+    fm = 0.5 * tf.reduce_sum(
+        tf.square(tf.reduce_sum(stacked, axis=1))
+        - tf.reduce_sum(tf.square(stacked), axis=1), axis=1, keepdims=True)
+    x = tf_keras.layers.Concatenate()(
+        v + ([tf.stack([inputs[d] for d in dense], axis=1)] if dense else []))
+    for units in hidden:
+        x = tf_keras.layers.Dense(units, activation="relu")(x)
+    logits = tf_keras.layers.Add()([tf_keras.layers.Dense(1)(x), fm] + first)
+    return tf_keras.Model(inputs, logits)
+
+
 # ------------------------------------------------------------ multi-valued
 MV_FEATURES = ("tags", "history", "query_terms", "slot_ids")
 MV_SINGLE = ("user", "ad")
