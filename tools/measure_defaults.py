@@ -273,19 +273,31 @@ SPARSE_HEAVY_VAL_BATCHES = 6     # of the 64 training batches
 SWEEP_CASES = ("criteo", "avazu", "multi_valued", "sparse_heavy",
                "criteo_wd", "avazu_wd", "criteo_deepfm", "avazu_deepfm",
                "tfrecord_mv", "movielens_two_tower")
-# Criterion 1 only, settings "stock" and "default": the TensorNet-style
-# model on tf.Example TFRecords (tests/programs/tfrecord_mv.py, hold-out
-# AUC) and tools/bench_retrieval.py's two-tower on MovieLens 100k (ua
-# split; the score is recall@50 over all items, recall@10/100 beside it).
-ONE_PASS_ONLY = ("tfrecord_mv", "movielens_two_tower")
+# Settings "stock" and "default" only: the TensorNet-style model on
+# tf.Example TFRecords (tests/programs/tfrecord_mv.py, hold-out AUC;
+# criterion 2 validates on its last 4,800 training rows) and
+# tools/bench_retrieval.py's two-tower on MovieLens 100k (ua split; the
+# score is recall@50 over all items, recall@10/100 beside it; criterion
+# 2 stops on the recall@50 of TWO_TOWER_VAL_SHARE of the ua.base
+# interactions, a fixed random draw, and trains on the rest).
+STOCK_DEFAULT_ONLY = ("tfrecord_mv", "movielens_two_tower")
+TWO_TOWER_VAL_SHARE = 0.1
 
 
-def movielens_two_tower_run(side: str, seed: int, data_dir: str) -> dict:
+def movielens_two_tower_run(side: str, seed: int, data_dir: str,
+                            early: bool = False) -> dict:
     """tools/bench_retrieval.py's models (tnet TwoTower, attention-pooled
     history, or the stock tf_keras vocabularies + Embedding), its
     defaults (batch 512, dim 32, Adagrad 0.1), one pass over the ua
-    training interactions in a seeded order; the ua.test recall@k."""
+    training interactions in a seeded order (early: up to MAX_EPOCHS
+    epochs over all but the validation interactions, EarlyStopping on
+    their recall@50, patience 1, best weights restored); the ua.test
+    recall@k."""
     import argparse as ap
+    import dataclasses
+
+    import numpy as np
+    import tf_keras
 
     from tnet.data import movielens
     from tools import bench_retrieval as br
@@ -293,12 +305,38 @@ def movielens_two_tower_run(side: str, seed: int, data_dir: str) -> dict:
                         lr=0.1)
     data = movielens.load_movielens(
         os.path.join(data_dir, "movielens"), args.history)
+    callbacks, epochs, val_recall = [], 1, []
+    if early:
+        n = data.train["item_id"].shape[0]
+        order = np.random.default_rng(0).permutation(n)
+        cut = int(n * TWO_TOWER_VAL_SHARE)
+        val = {k: v[order[:cut]] for k, v in data.train.items()}
+        # The stock side's vocabularies are adapted on what it trains on.
+        data = dataclasses.replace(
+            data, train={k: v[np.sort(order[cut:])]
+                         for k, v in data.train.items()})
+        val_data = dataclasses.replace(data, test=val)
+
+        class ValRecall(tf_keras.callbacks.Callback):
+            def on_epoch_end(self, epoch, logs=None):
+                r = br.recall(self.model, val_data)["recall_at_50"]
+                val_recall.append(round(r, 5))
+                logs["val_recall_at_50"] = r
+
+        callbacks = [ValRecall(), tf_keras.callbacks.EarlyStopping(
+            monitor="val_recall_at_50", mode="max", patience=1,
+            restore_best_weights=True)]
+        epochs = MAX_EPOCHS
     model = br.build(side, data, args, seed=seed)
-    model.fit(br.batches(data.train, args.batch, 100 + seed, False),
-              epochs=1, verbose=0)
+    hist = model.fit(br.batches(data.train, args.batch, 100 + seed, False),
+                     epochs=epochs, verbose=0, callbacks=callbacks)
     out = br.recall(model, data)
-    return {"auc": out["recall_at_50"], "metric": "recall@50",
-            **out, "epochs": 1}
+    out = {"auc": out["recall_at_50"], "metric": "recall@50",
+           **out, "epochs": len(hist.epoch)}
+    if early:
+        out["val_auc"] = val_recall       # validation recall@50 per epoch
+        out["best_epoch"] = int(np.argmax(val_recall)) + 1
+    return out
 
 
 def parse_setting(setting: str):
@@ -404,13 +442,14 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
     import tnet as tn
     from tnet.data.metrics import auc as auc_of
     side, acc, ftrl, row = parse_setting(setting)
-    if case in ONE_PASS_ONLY:
-        if early or setting not in ("stock", "default"):
-            raise SystemExit(f"{case}: --one_pass with the settings stock "
-                             "and default only")
+    if case in STOCK_DEFAULT_ONLY:
+        if setting not in ("stock", "default"):
+            raise SystemExit(f"{case}: the settings stock and default only")
         if case == "tfrecord_mv":
-            return {"auc": tfrecord_mv.run(side, seed, 1), "epochs": 1}
-        return movielens_two_tower_run(side, seed, data_dir)
+            return (tfrecord_mv.early_stopped_run(side, seed, MAX_EPOCHS)
+                    if early else
+                    {"auc": tfrecord_mv.run(side, seed, 1), "epochs": 1})
+        return movielens_two_tower_run(side, seed, data_dir, early)
     tf_keras.utils.set_random_seed(seed)
     callbacks = [_early_stopping()] if early else []
     epochs = MAX_EPOCHS if early else 1

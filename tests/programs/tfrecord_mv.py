@@ -118,18 +118,25 @@ def parse(batch):
     return features, label
 
 
-def datasets(seed: int, data_dir: pathlib.Path = DATA_DIR):
+def datasets(seed: int, data_dir: pathlib.Path = DATA_DIR,
+             val_rows: int = 0):
     """(train, hold-out): the training files shuffled by `seed` (the
-    examples are fixed), the hold-out file in order."""
+    examples are fixed), the hold-out file in order. With `val_rows`,
+    (train, validation, hold-out): the validation rows are the last
+    `val_rows` of the training files, and training keeps the rest."""
     data_dir = write_data(data_dir)
     files = [str(data_dir / f"train-{f:05d}.tfrecord")
              for f in range(TRAIN_FILES)]
-    train = (tf.data.TFRecordDataset(files)
-             .shuffle(TRAIN_FILES * ROWS_PER_FILE, seed=seed)
-             .batch(BATCH).map(parse).prefetch(2))
+    records = tf.data.TFRecordDataset(files)
+    rows = TRAIN_FILES * ROWS_PER_FILE - val_rows
+    train = ((records.take(rows) if val_rows else records)
+             .shuffle(rows, seed=seed).batch(BATCH).map(parse).prefetch(2))
     hold = (tf.data.TFRecordDataset(str(data_dir / "holdout.tfrecord"))
             .batch(1024).map(parse))
-    return train, hold
+    if not val_rows:
+        return train, hold
+    val = records.skip(rows).batch(1024).map(parse)
+    return train, val, hold
 
 
 def _inputs():
@@ -138,11 +145,12 @@ def _inputs():
 
 
 def user_model(accumulator: float | None = None,
-               initializer=None) -> tn.Model:
+               initializer=None, metrics=None) -> tn.Model:
     """The TensorNet-style Wide&Deep (examples/tensornet_style.py), with
     Adagrad for the dense part too, so both sides run one optimizer.
     `accumulator`: the rows' Adagrad start (None: tnet's default);
-    `initializer`: the deep columns' (None: tnet's default)."""
+    `initializer`: the deep columns' (None: tnet's default); `metrics`:
+    compile's."""
     kw = ({} if accumulator is None
           else {"row_initial_accumulator_value": accumulator})
     inputs = _inputs()
@@ -164,11 +172,12 @@ def user_model(accumulator: float | None = None,
     output = tf_keras.layers.Dense(1, "sigmoid", name="pred")(both)
     model = tn.Model(inputs=inputs, outputs=output, name="full_model")
     model.compile(optimizer=tn.optimizer.Adagrad(LR, **kw),
-                  loss="binary_crossentropy")
+                  loss="binary_crossentropy", metrics=metrics)
     return model
 
 
-def stock_model(accumulator: float | None = None) -> tf_keras.Model:
+def stock_model(accumulator: float | None = None,
+                metrics=None) -> tf_keras.Model:
     """The same model in stock tf_keras: floormod'ed signs, one
     `BINS`-row variable per slot and part, Keras' defaults."""
     from tests.programs.user_models import SparseEmbedding
@@ -187,7 +196,7 @@ def stock_model(accumulator: float | None = None) -> tf_keras.Model:
     kw = ({} if accumulator is None
           else {"initial_accumulator_value": accumulator})
     model.compile(optimizer=tf_keras.optimizers.Adagrad(LR, **kw),
-                  loss="binary_crossentropy")
+                  loss="binary_crossentropy", metrics=metrics)
     return model
 
 
@@ -245,3 +254,26 @@ def run(side: str, seed: int, epochs: int = 2,
     model.fit(train, epochs=epochs, verbose=0,
               callbacks=[] if curve is None else [_EachEpoch(hold, curve)])
     return _holdout_auc(model, hold)
+
+
+VAL_ROWS = 4_800           # criterion 2's validation rows (10%)
+
+
+def early_stopped_run(side: str, seed: int, max_epochs: int = 10) -> dict:
+    """Criterion 2 of the defaults study: up to `max_epochs` epochs with
+    EarlyStopping(monitor="val_auc", patience=1,
+    restore_best_weights=True) on the last VAL_ROWS training rows; the
+    hold-out AUC, the epochs run and the validation AUC per epoch."""
+    tf_keras.utils.set_random_seed(seed)
+    train, val, hold = datasets(seed, val_rows=VAL_ROWS)
+    metrics = [tf_keras.metrics.AUC(name="auc")]
+    model = (user_model(metrics=metrics) if side == "tnet"
+             else stock_model(metrics=metrics))
+    hist = model.fit(train, epochs=max_epochs, validation_data=val,
+                     verbose=0, callbacks=[tf_keras.callbacks.EarlyStopping(
+                         monitor="val_auc", mode="max", patience=1,
+                         restore_best_weights=True)])
+    val_auc = hist.history["val_auc"]
+    return {"auc": _holdout_auc(model, hold), "epochs": len(hist.epoch),
+            "val_auc": [round(v, 5) for v in val_auc],
+            "best_epoch": int(np.argmax(val_auc)) + 1}
