@@ -141,7 +141,10 @@ def _mlp(dim, name):
                                 tf_keras.layers.Dense(dim)], name=name)
 
 
-def build(name, data, args, seed=0):
+def build(name, data, args, seed=0, row_kwargs=None):
+    """The tnet or stock model, compiled; `row_kwargs`: tnet Adagrad's
+    row-only arguments (e.g. row_initial_accumulator_value), for
+    tools/measure_defaults.py."""
     tf_keras.utils.set_random_seed(seed)
     if name == "tnet":
         model = TwoTower(user_features=movielens.USER_FEATURES,
@@ -149,7 +152,7 @@ def build(name, data, args, seed=0):
                          pooling=args.pooling, embedding_dim=args.dim,
                          output_dim=args.dim, hidden_units=(64,),
                          temperature=0.1, sampling_probability_key="item_prob")
-        model.compile(tn.optimizer.Adagrad(args.lr))
+        model.compile(tn.optimizer.Adagrad(args.lr, **(row_kwargs or {})))
     else:
         model = StockTwoTower(data, args.dim, args.history, args.pooling)
         model.compile(tf_keras.optimizers.Adagrad(args.lr))

@@ -273,26 +273,29 @@ SPARSE_HEAVY_VAL_BATCHES = 6     # of the 64 training batches
 SWEEP_CASES = ("criteo", "avazu", "multi_valued", "sparse_heavy",
                "criteo_wd", "avazu_wd", "criteo_deepfm", "avazu_deepfm",
                "tfrecord_mv", "movielens_two_tower")
-# Settings "stock" and "default" only: the TensorNet-style model on
+# The TensorNet-style model on
 # tf.Example TFRecords (tests/programs/tfrecord_mv.py, hold-out AUC;
 # criterion 2 validates on its last 4,800 training rows) and
 # tools/bench_retrieval.py's two-tower on MovieLens 100k (ua split; the
 # score is recall@50 over all items, recall@10/100 beside it; criterion
 # 2 stops on the recall@50 of TWO_TOWER_VAL_SHARE of the ua.base
 # interactions, a fixed random draw, and trains on the rest).
-STOCK_DEFAULT_ONLY = ("tfrecord_mv", "movielens_two_tower")
+# tfrecord_mv takes the settings stock and default only; the two-tower
+# also A and A>L (its rows' Adagrad start; it has no wide part).
+STOCK_DEFAULT_ONLY = ("tfrecord_mv",)
 TWO_TOWER_VAL_SHARE = 0.1
 
 
 def movielens_two_tower_run(side: str, seed: int, data_dir: str,
-                            early: bool = False) -> dict:
+                            early: bool = False,
+                            row_kwargs: dict | None = None) -> dict:
     """tools/bench_retrieval.py's models (tnet TwoTower, attention-pooled
     history, or the stock tf_keras vocabularies + Embedding), its
     defaults (batch 512, dim 32, Adagrad 0.1), one pass over the ua
     training interactions in a seeded order (early: up to MAX_EPOCHS
     epochs over all but the validation interactions, EarlyStopping on
     their recall@50, patience 1, best weights restored); the ua.test
-    recall@k."""
+    recall@k. `row_kwargs`: tnet Adagrad's row-only arguments."""
     import argparse as ap
     import dataclasses
 
@@ -327,7 +330,7 @@ def movielens_two_tower_run(side: str, seed: int, data_dir: str,
             monitor="val_recall_at_50", mode="max", patience=1,
             restore_best_weights=True)]
         epochs = MAX_EPOCHS
-    model = br.build(side, data, args, seed=seed)
+    model = br.build(side, data, args, seed=seed, row_kwargs=row_kwargs)
     hist = model.fit(br.batches(data.train, args.batch, 100 + seed, False),
                      epochs=epochs, verbose=0, callbacks=callbacks)
     out = br.recall(model, data)
@@ -441,7 +444,30 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
 
     import tnet as tn
     from tnet.data.metrics import auc as auc_of
+    layer_opts = None
+    if setting.startswith(("wide:", "deep:")):
+        # "wide:A>L" / "deep:A>L" (criteo, avazu, multi_valued): only that
+        # layer's tables get Adagrad rows from A with the floor L (its own
+        # optimizer, lr 0.05); the other layer and the dense part keep
+        # the defaults.
+        if case not in ("criteo", "avazu", "multi_valued"):
+            raise SystemExit(f"{setting}: criteo, avazu, multi_valued only")
+        layer, _, inner = setting.partition(":")
+        _, lacc, _, lrow = parse_setting(inner)
+        layer_opts = {layer: tn.optimizer.Adagrad(0.05, **(
+            {} if lacc is None else
+            {"row_initial_accumulator_value": lacc}), **lrow)}
+        setting = "default"
     side, acc, ftrl, row = parse_setting(setting)
+    if case == "movielens_two_tower":
+        if ftrl != acc or (acc is None and setting not in ("stock",
+                                                            "default")):
+            raise SystemExit(f"{case}: the settings stock, default, A or "
+                             "A>L (no wide part)")
+        return movielens_two_tower_run(
+            side, seed, data_dir, early,
+            {**({} if acc is None else
+                {"row_initial_accumulator_value": acc}), **row})
     if case in STOCK_DEFAULT_ONLY:
         if setting not in ("stock", "default"):
             raise SystemExit(f"{case}: the settings stock and default only")
@@ -486,11 +512,13 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
               if early else 0)
         if case == "criteo":
             data = user_models.criteo_data(dd, seed, val_rows=vr)
-            model = (user_models.criteo_user_wide_deep() if side == "tnet"
+            model = (user_models.criteo_user_wide_deep(
+                layer_optimizers=layer_opts) if side == "tnet"
                      else user_models.criteo_stock_wide_deep())
         elif case == "avazu":
             data = user_models.avazu_data(dd, seed, val_rows=vr)
-            model = (user_models.avazu_user_wide_deep() if side == "tnet"
+            model = (user_models.avazu_user_wide_deep(
+                layer_optimizers=layer_opts) if side == "tnet"
                      else user_models.avazu_stock_wide_deep())
         elif case in ("criteo_wd", "avazu_wd"):
             # tnet's own tn.models.WideDeep (as the CLI builds it: deep
@@ -539,7 +567,8 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
                         name="first_order")
         elif case == "multi_valued":
             data = user_models.multi_valued_data(seed, val_rows=vr)
-            model = (user_models.multi_valued_user_model() if side == "tnet"
+            model = (user_models.multi_valued_user_model(
+                layer_optimizers=layer_opts) if side == "tnet"
                      else user_models.multi_valued_stock_model())
         else:
             raise SystemExit(f"unknown case {case!r}; one of {SWEEP_CASES}")

@@ -17,7 +17,8 @@ data, with the same optimizer:
   features, a dim-1 wide and a dim-8 deep `embedding_column` per feature)
   on generated data whose label follows a known logistic model of the ids.
 
-`initializer` and `accumulator` are only for measuring candidate
+`initializer`, `accumulator` and `layer_optimizers` ({"wide" | "deep":
+that layer's own in-table optimizer}) are only for measuring candidate
 defaults; None leaves each side's default, which is what the tests check.
 """
 from __future__ import annotations
@@ -97,7 +98,8 @@ def criteo_data(data_dir: pathlib.Path, seed: int, val_rows: int = 0):
 
 
 def criteo_user_wide_deep(initializer: Any = None,
-                          hidden: Sequence[int] = HIDDEN) -> tn.Model:
+                          hidden: Sequence[int] = HIDDEN,
+                          layer_optimizers: dict | None = None) -> tn.Model:
     """Wide&Deep as a user writes it from the README."""
     cats, dense = tn_data.CRITEO_CAT_COLUMNS, tn_data.CRITEO_INT_COLUMNS
     inputs = {c: tf_keras.Input((), dtype=tf.int64, name=c) for c in cats}
@@ -107,10 +109,10 @@ def criteo_user_wide_deep(initializer: Any = None,
     kw = {} if initializer is None else {"initializer": initializer}
     wide = tn.layers.EmbeddingFeatures(
         [fc.embedding_column(ids[c], 1, table="wide", **kw) for c in cats],
-        name="wide")
+        name="wide", optimizer=(layer_optimizers or {}).get("wide"))
     deep = tn.layers.EmbeddingFeatures(
         [fc.embedding_column(ids[c], 8, table="deep", **kw) for c in cats],
-        name="deep")
+        name="deep", optimizer=(layer_optimizers or {}).get("deep"))
     x = tf_keras.layers.Concatenate()(
         [deep({c: inputs[c] for c in cats}),
          tf.stack([inputs[d] for d in dense], axis=1)])
@@ -149,7 +151,8 @@ def avazu_data(data_dir: pathlib.Path, seed: int, val_rows: int = 0):
 
 
 def avazu_user_wide_deep(initializer: Any = None,
-                         hidden: Sequence[int] = HIDDEN) -> tn.Model:
+                         hidden: Sequence[int] = HIDDEN,
+                         layer_optimizers: dict | None = None) -> tn.Model:
     """Wide&Deep over Avazu's string columns, written from the README."""
     cats = tn_data.AVAZU_CAT_COLUMNS
     inputs = {c: tf_keras.Input((), dtype=tf.string, name=c) for c in cats}
@@ -157,10 +160,10 @@ def avazu_user_wide_deep(initializer: Any = None,
     kw = {} if initializer is None else {"initializer": initializer}
     wide = tn.layers.EmbeddingFeatures(
         [fc.embedding_column(ids[c], 1, table="wide", **kw) for c in cats],
-        name="wide")
+        name="wide", optimizer=(layer_optimizers or {}).get("wide"))
     deep = tn.layers.EmbeddingFeatures(
         [fc.embedding_column(ids[c], 8, table="deep", **kw) for c in cats],
-        name="deep")
+        name="deep", optimizer=(layer_optimizers or {}).get("deep"))
     x = deep(inputs)
     for units in hidden:
         x = tf_keras.layers.Dense(units, activation="relu")(x)
@@ -310,7 +313,8 @@ def _mv_inputs():
 
 
 def multi_valued_user_model(initializer: Any = None,
-                            hidden: Sequence[int] = (64, 32)) -> tn.Model:
+                            hidden: Sequence[int] = (64, 32),
+                            layer_optimizers: dict | None = None) -> tn.Model:
     """TensorNet-style: sparse VarLen inputs, dim-1 wide + dim-8 deep."""
     inputs = _mv_inputs()
     names = MV_SINGLE + MV_FEATURES
@@ -318,10 +322,10 @@ def multi_valued_user_model(initializer: Any = None,
     kw = {} if initializer is None else {"initializer": initializer}
     wide = tn.layers.EmbeddingFeatures(
         [fc.embedding_column(ids[n], 1, table="wide", **kw) for n in names],
-        name="wide")
+        name="wide", optimizer=(layer_optimizers or {}).get("wide"))
     deep = tn.layers.EmbeddingFeatures(
         [fc.embedding_column(ids[n], 8, table="deep", **kw) for n in names],
-        name="deep")
+        name="deep", optimizer=(layer_optimizers or {}).get("deep"))
     x = deep(inputs)
     for units in hidden:
         x = tf_keras.layers.Dense(units, activation="relu")(x)
