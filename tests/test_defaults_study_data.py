@@ -35,3 +35,44 @@ def test_two_tower_interactions_are_deterministic_and_learnable():
     # The generator's own scores beat popularity by a wide margin
     # (0.709 vs 0.384 at k=50), so recall measures learned structure.
     assert ref["oracle_recall_at_50"] > ref["popularity_recall_at_50"] + 0.2
+
+
+def test_stock_deepfm_computes_deepfm():
+    """The study's stock DeepFM (user_models.stock_deepfm, the baseline of
+    tn.models.DeepFM) against numpy: first order + FM pairwise term +
+    MLP, ids reduced with floormod (int) or to_hash_bucket_fast (str)."""
+    import tensorflow as tf
+    import tf_keras
+
+    from tests.programs import user_models
+    rng = np.random.default_rng(0)
+    for string_ids in (False, True):
+        model = user_models.stock_deepfm(["a", "b", "c"], ["d"],
+                                         string_ids=string_ids, dim=4,
+                                         hidden=(5,))
+        for w in model.weights:   # the first-order rows start at zero
+            w.assign(rng.normal(0.0, 0.5, w.shape).astype(np.float32))
+        raw = rng.integers(-(2**40), 2**40, (3, 6))
+        ids = raw.astype(str).astype(object) if string_ids else raw
+        feats = {c: tf.constant(ids[i]) for i, c in enumerate("abc")}
+        feats["d"] = tf.constant(rng.normal(size=6).astype(np.float32))
+        got = model(feats).numpy().reshape(-1)
+
+        def rows(name, col):
+            table = model.get_layer(name).embeddings.numpy()
+            row = (tf.strings.to_hash_bucket_fast(ids[col],
+                                                  user_models.NUM_BINS)
+                   if string_ids else np.mod(ids[col], user_models.NUM_BINS))
+            return table[np.asarray(row)]
+        v = np.stack([rows(f"emb_{c}", i) for i, c in enumerate("abc")], 1)
+        first = sum(rows(f"first_order_{c}", i)[:, 0]
+                    for i, c in enumerate("abc"))
+        fm = 0.5 * ((v.sum(1) ** 2) - (v ** 2).sum(1)).sum(1)
+        dense = [layer for layer in model.layers
+                 if isinstance(layer, tf_keras.layers.Dense)]
+        x = np.concatenate([v.reshape(6, -1),
+                            feats["d"].numpy()[:, None]], axis=1)
+        h = np.maximum(x @ dense[0].kernel.numpy() + dense[0].bias.numpy(), 0)
+        deep = (h @ dense[1].kernel.numpy() + dense[1].bias.numpy())[:, 0]
+        np.testing.assert_allclose(got, first + fm + deep, rtol=1e-4,
+                                   atol=1e-4)
