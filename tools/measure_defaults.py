@@ -273,15 +273,16 @@ SPARSE_HEAVY_VAL_BATCHES = 6     # of the 64 training batches
 SWEEP_CASES = ("criteo", "avazu", "multi_valued", "sparse_heavy",
                "criteo_wd", "avazu_wd", "criteo_deepfm", "avazu_deepfm",
                "tfrecord_mv", "movielens_two_tower")
-# The TensorNet-style model on
-# tf.Example TFRecords (tests/programs/tfrecord_mv.py, hold-out AUC;
-# criterion 2 validates on its last 4,800 training rows) and
-# tools/bench_retrieval.py's two-tower on MovieLens 100k (ua split; the
-# score is recall@50 over all items, recall@10/100 beside it; criterion
-# 2 stops on the recall@50 of TWO_TOWER_VAL_SHARE of the ua.base
-# interactions, a fixed random draw, and trains on the rest).
-# tfrecord_mv takes the settings stock and default only; the two-tower
-# also A and A>L (its rows' Adagrad start; it has no wide part).
+# The TensorNet-style model on tf.Example TFRecords (tfrecord_mv:
+# tests/programs/tfrecord_mv.py, hold-out AUC; criterion 2 validates on
+# its last 4,800 training rows) takes the settings stock and default
+# only. tools/bench_retrieval.py's two-tower on MovieLens 100k
+# (movielens_two_tower: ua split; the score is recall@50 over all items,
+# recall@10/100 beside it; criterion 2 stops on the recall@50 of
+# TWO_TOWER_VAL_SHARE of the ua.base interactions, a fixed random draw,
+# and trains on the rest) also takes A and A>L (its rows' Adagrad start;
+# it has no wide part). criteo_deepfm / avazu_deepfm: tn.models.DeepFM
+# against user_models.stock_deepfm on the real rows.
 STOCK_DEFAULT_ONLY = ("tfrecord_mv",)
 TWO_TOWER_VAL_SHARE = 0.1
 
@@ -468,14 +469,12 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
             side, seed, data_dir, early,
             {**({} if acc is None else
                 {"row_initial_accumulator_value": acc}), **row})
-    if case in STOCK_DEFAULT_ONLY:
+    if case in STOCK_DEFAULT_ONLY:   # tfrecord_mv
         if setting not in ("stock", "default"):
             raise SystemExit(f"{case}: the settings stock and default only")
-        if case == "tfrecord_mv":
-            return (tfrecord_mv.early_stopped_run(side, seed, MAX_EPOCHS)
-                    if early else
-                    {"auc": tfrecord_mv.run(side, seed, 1), "epochs": 1})
-        return movielens_two_tower_run(side, seed, data_dir, early)
+        return (tfrecord_mv.early_stopped_run(side, seed, MAX_EPOCHS)
+                if early else
+                {"auc": tfrecord_mv.run(side, seed, 1), "epochs": 1})
     tf_keras.utils.set_random_seed(seed)
     callbacks = [_early_stopping()] if early else []
     epochs = MAX_EPOCHS if early else 1
