@@ -188,6 +188,59 @@ def recall(model, data) -> dict:
     return {f"recall_at_{k}": float(v) for k, v in zip(KS, metric.result())}
 
 
+
+def study_run(side: str, seed: int, data_dir: str, early: bool = False,
+              row_kwargs: dict | None = None, max_epochs: int = 10,
+              val_share: float = 0.1) -> dict:
+    """tools/measure_defaults.py's movielens_two_tower case: this file's
+    models (tnet TwoTower, attention-pooled history, or the stock
+    tf_keras vocabularies + Embedding), its defaults (batch 512, dim 32,
+    Adagrad 0.1), one pass over the ua training interactions in a seeded
+    order (early: up to `max_epochs` epochs over all but a fixed random
+    `val_share` of them, EarlyStopping on their recall@50, patience 1,
+    best weights restored); the ua.test recall@k. `row_kwargs`: tnet
+    Adagrad's row-only arguments."""
+    import dataclasses  # noqa: PLC0415
+
+    br = sys.modules[__name__]
+    args = argparse.Namespace(pooling="attention", history=20, batch=512, dim=32,
+                        lr=0.1)
+    data = movielens.load_movielens(
+        os.path.join(data_dir, "movielens"), args.history)
+    callbacks, epochs, val_recall = [], 1, []
+    if early:
+        n = data.train["item_id"].shape[0]
+        order = np.random.default_rng(0).permutation(n)
+        cut = int(n * val_share)
+        val = {k: v[order[:cut]] for k, v in data.train.items()}
+        # The stock side's vocabularies are adapted on what it trains on.
+        data = dataclasses.replace(
+            data, train={k: v[np.sort(order[cut:])]
+                         for k, v in data.train.items()})
+        val_data = dataclasses.replace(data, test=val)
+
+        class ValRecall(tf_keras.callbacks.Callback):
+            def on_epoch_end(self, epoch, logs=None):
+                r = br.recall(self.model, val_data)["recall_at_50"]
+                val_recall.append(round(r, 5))
+                logs["val_recall_at_50"] = r
+
+        callbacks = [ValRecall(), tf_keras.callbacks.EarlyStopping(
+            monitor="val_recall_at_50", mode="max", patience=1,
+            restore_best_weights=True)]
+        epochs = max_epochs
+    model = br.build(side, data, args, seed=seed, row_kwargs=row_kwargs)
+    hist = model.fit(br.batches(data.train, args.batch, 100 + seed, False),
+                     epochs=epochs, verbose=0, callbacks=callbacks)
+    out = br.recall(model, data)
+    out = {"auc": out["recall_at_50"], "metric": "recall@50",
+           **out, "epochs": len(hist.epoch)}
+    if early:
+        out["val_auc"] = val_recall       # validation recall@50 per epoch
+        out["best_epoch"] = int(np.argmax(val_recall)) + 1
+    return out
+
+
 def main() -> int:
     args = parse_args()
     info = bc.run_info()

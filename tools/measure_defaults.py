@@ -287,62 +287,6 @@ STOCK_DEFAULT_ONLY = ("tfrecord_mv",)
 TWO_TOWER_VAL_SHARE = 0.1
 
 
-def movielens_two_tower_run(side: str, seed: int, data_dir: str,
-                            early: bool = False,
-                            row_kwargs: dict | None = None) -> dict:
-    """tools/bench_retrieval.py's models (tnet TwoTower, attention-pooled
-    history, or the stock tf_keras vocabularies + Embedding), its
-    defaults (batch 512, dim 32, Adagrad 0.1), one pass over the ua
-    training interactions in a seeded order (early: up to MAX_EPOCHS
-    epochs over all but the validation interactions, EarlyStopping on
-    their recall@50, patience 1, best weights restored); the ua.test
-    recall@k. `row_kwargs`: tnet Adagrad's row-only arguments."""
-    import argparse as ap
-    import dataclasses
-
-    import numpy as np
-    import tf_keras
-
-    from tnet.data import movielens
-    from tools import bench_retrieval as br
-    args = ap.Namespace(pooling="attention", history=20, batch=512, dim=32,
-                        lr=0.1)
-    data = movielens.load_movielens(
-        os.path.join(data_dir, "movielens"), args.history)
-    callbacks, epochs, val_recall = [], 1, []
-    if early:
-        n = data.train["item_id"].shape[0]
-        order = np.random.default_rng(0).permutation(n)
-        cut = int(n * TWO_TOWER_VAL_SHARE)
-        val = {k: v[order[:cut]] for k, v in data.train.items()}
-        # The stock side's vocabularies are adapted on what it trains on.
-        data = dataclasses.replace(
-            data, train={k: v[np.sort(order[cut:])]
-                         for k, v in data.train.items()})
-        val_data = dataclasses.replace(data, test=val)
-
-        class ValRecall(tf_keras.callbacks.Callback):
-            def on_epoch_end(self, epoch, logs=None):
-                r = br.recall(self.model, val_data)["recall_at_50"]
-                val_recall.append(round(r, 5))
-                logs["val_recall_at_50"] = r
-
-        callbacks = [ValRecall(), tf_keras.callbacks.EarlyStopping(
-            monitor="val_recall_at_50", mode="max", patience=1,
-            restore_best_weights=True)]
-        epochs = MAX_EPOCHS
-    model = br.build(side, data, args, seed=seed, row_kwargs=row_kwargs)
-    hist = model.fit(br.batches(data.train, args.batch, 100 + seed, False),
-                     epochs=epochs, verbose=0, callbacks=callbacks)
-    out = br.recall(model, data)
-    out = {"auc": out["recall_at_50"], "metric": "recall@50",
-           **out, "epochs": len(hist.epoch)}
-    if early:
-        out["val_auc"] = val_recall       # validation recall@50 per epoch
-        out["best_epoch"] = int(np.argmax(val_recall)) + 1
-    return out
-
-
 def parse_setting(setting: str):
     """A sweep setting: "stock" (tf_keras, Keras' defaults), "default"
     (tnet's defaults at this commit), "A" (tnet, Adagrad rows and, where
@@ -465,10 +409,12 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
                                                             "default")):
             raise SystemExit(f"{case}: the settings stock, default, A or "
                              "A>L (no wide part)")
-        return movielens_two_tower_run(
+        from tools import bench_retrieval  # noqa: PLC0415
+        return bench_retrieval.study_run(
             side, seed, data_dir, early,
             {**({} if acc is None else
-                {"row_initial_accumulator_value": acc}), **row})
+                {"row_initial_accumulator_value": acc}), **row},
+            MAX_EPOCHS, TWO_TOWER_VAL_SHARE)
     if case in STOCK_DEFAULT_ONLY:   # tfrecord_mv
         if setting not in ("stock", "default"):
             raise SystemExit(f"{case}: the settings stock and default only")
