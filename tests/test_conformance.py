@@ -28,6 +28,7 @@ import pytest
 
 import tnet as tn
 from tnet.serving import export as export_lib
+from tests.support import forkrun
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "programs"))
 import conformance_models as cm  # noqa: E402
@@ -103,10 +104,12 @@ def _matrix(cases, tmp_path_factory):
         # Output to files: a full pipe would stall one while we wait on
         # the other.
         out, err = root / f"{kind}.out", root / f"{kind}.err"
+        # The restore forks from a process that imported tnet and nothing
+        # else (tests/support/forkrun.py); the loader starts afresh.
         with open(out, "w") as o, open(err, "w") as e:
-            runs.append((jobs, cmd, out, err, subprocess.Popen(
+            runs.append((jobs, cmd, out, err, forkrun.Popen(
                 [sys.executable, *cmd, str(path)], env=env, cwd=str(root),
-                stdout=o, stderr=e)))
+                stdout=o, stderr=e, script_imports_tnet=cmd[0] != "-c")))
     for jobs, cmd, out, err, proc in runs:
         try:
             proc.wait(timeout=900)

@@ -26,6 +26,7 @@ import textwrap
 import pytest
 
 from tests.conftest import ROOT, SHARED_DATA, data_file
+from tests.support import forkrun
 
 EXAMPLES = ROOT / "examples"
 
@@ -73,8 +74,9 @@ def ran(tmp_path_factory):
              [*args, "--workdir", str(tmp / name)]]
             for name, args in FAST.items()]
     out = tmp / "results.json"
-    proc = subprocess.run(
+    proc = forkrun.run(  # forked from a process that imported tnet
         [sys.executable, "-c", RUNNER, json.dumps(jobs), str(out)],
+        script_imports_tnet=True,
         cwd=tmp, capture_output=True, text=True, timeout=1200,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(ROOT)))
     results = json.loads(out.read_text()) if out.exists() else {}
