@@ -26,6 +26,12 @@ if sys.argv[1:] == ["abort"]:
     os.abort()
 if sys.argv[1:] == ["raise"]:
     raise ValueError("raised")
+if sys.argv[1:] == ["message"]:
+    sys.exit("a message")
+if sys.argv[1:] == ["thread"]:  # a thread still running when main ends
+    import threading, time
+    threading.Thread(target=lambda: (time.sleep(0.5),
+                                     print("thread done", flush=True))).start()
 sys.exit(int(sys.argv[1]) if sys.argv[1:] and sys.argv[1].isdigit() else 0)
 """
 
@@ -52,6 +58,7 @@ def _both(program, *args, **kw):
 
 
 @pytest.mark.parametrize("args,code", [(("3", "x"), 3), (("raise",), 1),
+                                       (("message",), 1), (("thread",), 0),
                                        (("abort",), -signal.SIGABRT)])
 def test_status_output_argv_cwd_env_and_stdin_are_the_commands(
         program, tmp_path, args, code):
@@ -62,10 +69,12 @@ def test_status_output_argv_cwd_env_and_stdin_are_the_commands(
             '{"argv": %s, "cwd": "%s", "var": "v", "stdin": "in", '
             '"leak": false}' % (str(list(args)).replace("'", '"'), tmp_path))
     assert forked.stdout == fresh.stdout
-    # atexit handlers run, and an exception's traceback is printed, as in
-    # a process of its own (a signal skips them in both).
+    assert ("thread done" in forked.stdout) == (args == ("thread",))
+    # atexit handlers run, and an exception's traceback or exit message is
+    # printed, as in a process of its own (a signal skips them in both).
     assert ("atexit ran" in forked.stderr) == ("atexit ran" in fresh.stderr)
-    assert ("ValueError: raised" in forked.stderr) == (code == 1)
+    assert ("ValueError: raised" in forked.stderr) == (args == ("raise",))
+    assert ("a message" in forked.stderr) == (args == ("message",))
 
 
 def test_python_c_code_and_its_arguments(tmp_path):

@@ -79,6 +79,38 @@ def serve():
     raise SystemExit(0)
 
 
+# Ends the command as Python's exit does up to its clean-up of every
+# module, which is skipped (0.6 s of CPU after a tnet import): threads
+# joined, atexit handlers run, stdout and stderr flushed; the status and
+# message of an uncaught exception or SystemExit as Python gives them.
+def __finish(exc=None):
+    import atexit, os, signal, sys, threading  # (globals: the command's)
+    code = 0
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        if code is None:
+            code = 0
+        elif not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+    elif exc is not None:
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        code = 1
+    try:
+        threading._shutdown()
+    finally:
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+    if isinstance(exc, KeyboardInterrupt):  # as Python: killed by SIGINT
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
+
+
 req = serve()
 control.close()
 os.dup2(os.open(req.get("stdin") or os.devnull, os.O_RDONLY), 0)
@@ -93,19 +125,23 @@ sys.path[:] = [""] + [p for p in req["env"].get("PYTHONPATH", "").split(
     os.pathsep) if p] + site_path   # as a Python started with its PYTHONPATH
 sys.argv = list(req["argv"])
 sys.orig_argv = [sys.executable] + list(req["orig"])
-if req["module"]:
-    sys.path[0] = os.getcwd()
-    runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
-elif req["argv"][0] == "-c":   # the code's globals are __main__'s, as its
-    __g = sys.modules["__main__"].__dict__   # own: none of this program's
-    __g["__tnet_code"] = compile(req["code"], "<string>", "exec")
-    for __n in [n for n in __g if not n.startswith("__")]:
-        del __g[__n]
-    del __n
-    exec(__g.pop("__tnet_code"), __g.pop("__g"))
-else:
-    sys.path[0] = os.path.dirname(os.path.abspath(req["argv"][0]))
-    runpy.run_path(req["argv"][0], run_name="__main__")
+try:
+    if req["module"]:
+        sys.path[0] = os.getcwd()
+        runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
+    elif req["argv"][0] == "-c":   # the code's globals are __main__'s, as
+        __g = sys.modules["__main__"].__dict__   # its own: none of these
+        __g["__tnet_code"] = compile(req["code"], "<string>", "exec")
+        for __n in [n for n in __g if not n.startswith("__")]:
+            del __g[__n]
+        del __n
+        exec(__g.pop("__tnet_code"), __g.pop("__g"))
+    else:
+        sys.path[0] = os.path.dirname(os.path.abspath(req["argv"][0]))
+        runpy.run_path(req["argv"][0], run_name="__main__")
+except BaseException as __e:
+    __finish(__e)
+__finish()
 """
 
 
