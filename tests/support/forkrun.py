@@ -200,7 +200,8 @@ def _stop() -> None:
 
 
 def _key(env: dict) -> tuple:
-    return tuple(env.get(k) for k in _START_VARS)
+    malloc = sorted((k, v) for k, v in env.items() if k.startswith("MALLOC_"))
+    return tuple(env.get(k) for k in _START_VARS), tuple(malloc)
 
 
 # Commands that import all of tnet first thing, as the zygote did. (Not
