@@ -41,6 +41,12 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
       storage_dir: the disk tier's directory, local to each ps.
         `set_table_options` changes all of these until the tables are
         created.
+      row_defaults: in-table rule hyperparameters for this layer's rows
+        where the rule (its own or the model's) leaves them at tnet's row
+        default, e.g. `{"initial_accumulator_value": 3e-3}` (what
+        tn.models.DeepFM gives its embeddings); a value the user chose in
+        the optimizer is kept (see
+        tn.optimizer.sparse.SparseRule.with_row_defaults).
       **kwargs: Keras layer arguments (`name`, ...).
 
     Every table does one fused unique -> pull -> gather per call for all of
@@ -73,12 +79,14 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
                  max_rows: Optional[int] = None,
                  admission_capacity: Optional[int] = None,
                  memory_budget_bytes: Optional[int] = None,
-                 storage_dir: Optional[str] = None, **kwargs):
+                 storage_dir: Optional[str] = None,
+                 row_defaults: Optional[Dict[str, float]] = None, **kwargs):
         super().__init__(**kwargs)
         self._columns = _check_columns(columns, type(self).__name__)
         self._groups = _group_by_table(self._columns)
         self._own_optimizer = optimizer
-        self._rule = (keras_opt.sparse_rule_of(optimizer)
+        self._row_defaults = dict(row_defaults or {})
+        self._rule = (self._rows_rule(keras_opt.sparse_rule_of(optimizer))
                       if optimizer is not None else None)
         self._num_shards = num_shards
         self._devices = list(devices) if devices else None
@@ -134,7 +142,7 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
         """
         if self._own_optimizer is not None:
             return
-        rule = keras_opt.sparse_rule_of(optimizer)
+        rule = self._rows_rule(keras_opt.sparse_rule_of(optimizer))
         built = self._table_rule
         if self.tables and built.table_attrs() != rule.table_attrs():
             if any(int(t.size()) for t in self.tables.values()):
@@ -144,6 +152,17 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
                     "the layer its own optimizer, or compile before training.")
             self.tables = {}  # empty: recreate with the new rule
         self._rule = rule
+
+    def _rows_rule(self, rule):
+        """`rule` with this layer's row defaults (row_defaults)."""
+        return rule.with_row_defaults(**self._row_defaults)
+
+    def _rule_or_default(self):
+        """The layer's in-table rule: its own or the attached model's, or
+        before compile Adagrad's defaults (with the layer's row defaults):
+        what its tables are created with."""
+        return self._rule or self._rows_rule(
+            keras_opt.sparse_rule_of("adagrad"))
 
     def _learning_rate_fn(self):
         """The layer's own learning rate as a callable of the step (the
@@ -168,7 +187,7 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
         # Before a tn.Model compile attaches its optimizer (e.g. when a
         # functional model is built), tables start with Adagrad; compile
         # recreates them, still empty, with the model's rule.
-        rule = self._rule or keras_opt.sparse_rule_of("adagrad")
+        rule = self._rule_or_default()
         self._table_rule = rule
         devices = self._devices or _default_devices(self._num_shards)
         with tf.init_scope():

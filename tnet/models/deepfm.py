@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from tnet import layers
 from tnet.models.base import CTRModel, mlp
+from tnet.optimizer import sparse
 
 
 class DeepFM(CTRModel):
@@ -15,6 +16,15 @@ class DeepFM(CTRModel):
     The first-order term is `LinearFeatures`; the FM term is
     0.5 * sum_k((sum_f v_fk)^2 - sum_f v_fk^2) over the id embeddings, which
     the MLP shares.
+
+    The embeddings' rows run the compiled optimizer's in-table rule, but
+    where it leaves the rows' Adagrad accumulator start at tnet's default
+    (1e-6) they start at 3e-3
+    (tn.optimizer.sparse.DEEPFM_ROW_INITIAL_ACCUMULATOR_VALUE): every row
+    enters each pairwise product of the FM term, and from 1e-6 its first
+    steps overshoot (measured: BENCHMARKS.md "Defaults"). A start you
+    give (`tn.optimizer.Adagrad(0.05, row_initial_accumulator_value=1e-6)`)
+    is kept.
 
     Args:
       categorical: id feature names, or embedding columns (see CTRModel).
@@ -42,8 +52,10 @@ class DeepFM(CTRModel):
         self.embedding_dim = next(iter(dims.values()))
         self.first_order = layers.LinearFeatures(self.category_columns,
                                                  name="first_order")
-        self.embeddings = layers.EmbeddingFeatures(self.embedding_columns,
-                                                   name="fm_embeddings")
+        self.embeddings = layers.EmbeddingFeatures(
+            self.embedding_columns, name="fm_embeddings",
+            row_defaults={"initial_accumulator_value":
+                          sparse.DEEPFM_ROW_INITIAL_ACCUMULATOR_VALUE})
         self.deep = mlp(hidden_units, "deep")
 
     def logits(self, features, training):

@@ -33,6 +33,10 @@ class _TnetOptimizer:
         config = dict(self.get_config())
         config.update({k: v for k, v in row_hparams.items()
                        if v is not None and v is not _UNSET})
+        # _UNSET: not chosen, so the rule's row default (not Keras' value
+        # in the config, which is the dense variables').
+        for k in [k for k, v in row_hparams.items() if v is _UNSET]:
+            config.pop(k, None)
         # A hyperparameter Keras' optimizer lacks (tnet's own, rows only)
         # keeps the rule's default unless given in row_hparams.
         self.sparse_rule = self.rule_class(
@@ -64,20 +68,23 @@ def _rule_reference_batch(optimizer, config):
 def _row_accumulator(initial_accumulator_value, row_initial_accumulator_value):
     """(dense start, rows' start) of an Adagrad accumulator.
 
-    Not passing either: Keras' 0.1 for dense variables, tnet's row default
-    (sparse.ROW_INITIAL_ACCUMULATOR_VALUE) for table rows. Passing
-    `initial_accumulator_value` sets both, as in Keras;
-    `row_initial_accumulator_value` sets the rows' alone.
+    Not passing either: Keras' 0.1 for dense variables, and for table rows
+    _UNSET: not chosen, so the rule's row default
+    (sparse.ROW_INITIAL_ACCUMULATOR_VALUE, or a model's own for its layers,
+    e.g. tn.models.DeepFM's). Passing `initial_accumulator_value` sets
+    both, as in Keras; `row_initial_accumulator_value` sets the rows'
+    alone, None their default (what get_config writes when it was not
+    chosen).
     """
     dense = (sparse.KERAS_INITIAL_ACCUMULATOR_VALUE
              if initial_accumulator_value is _UNSET
              else initial_accumulator_value)
-    if row_initial_accumulator_value is not None:
+    if row_initial_accumulator_value is None:
+        rows = _UNSET
+    elif row_initial_accumulator_value is not _UNSET:
         rows = row_initial_accumulator_value
-    elif initial_accumulator_value is not _UNSET:
-        rows = initial_accumulator_value
     else:
-        rows = sparse.ROW_INITIAL_ACCUMULATOR_VALUE
+        rows = initial_accumulator_value
     return dense, rows
 
 
@@ -141,9 +148,12 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
     (tn.optimizer.sparse.ROW_INITIAL_ACCUMULATOR_VALUE): from Keras' 0.1 a
     new row's first steps are small, and rare ids, most of a table, learn
     little in one pass (measured: BENCHMARKS.md "Defaults for one pass and
-    early stopping"). Passing `initial_accumulator_value` sets both, as in
-    Keras; `row_initial_accumulator_value=0.1` gives Keras' behaviour
-    back for the rows alone.
+    early stopping"). A model may give its own layers' rows another
+    default where the start is not chosen here: tn.models.DeepFM's rows
+    start at 3e-3 (sparse.DEEPFM_ROW_INITIAL_ACCUMULATOR_VALUE). Passing
+    `initial_accumulator_value` sets both, as in Keras;
+    `row_initial_accumulator_value=0.1` gives Keras' behaviour back for
+    the rows alone. A start given either way is kept in every model.
 
     Args:
       learning_rate: for both (a float or a Keras schedule).
@@ -151,7 +161,7 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
         table rows' start too.
       epsilon: as in Keras.
       row_initial_accumulator_value: the table rows' accumulator start
-        alone (default 1e-6).
+        alone (default, or None: 1e-6, DeepFM's rows 3e-3).
       accumulator_floor: table rows only (default 0, off): after each
         update of a row its accumulator is raised to at least this, so a
         row's first update starts from `row_initial_accumulator_value`
@@ -174,7 +184,7 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
     rule_class = sparse.Adagrad
 
     def __init__(self, learning_rate=0.001, initial_accumulator_value=_UNSET,
-                 epsilon=1e-7, row_initial_accumulator_value=None,
+                 epsilon=1e-7, row_initial_accumulator_value=_UNSET,
                  accumulator_floor=None, start_reference_batch=_UNSET,
                  **kwargs):
         dense, rows = _row_accumulator(initial_accumulator_value,
@@ -182,17 +192,23 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
         super().__init__(learning_rate=learning_rate,
                          initial_accumulator_value=dense,
                          epsilon=epsilon, **kwargs)
-        self.row_initial_accumulator_value = float(rows)
         self._attach_rule(learning_rate, initial_accumulator_value=rows,
                           accumulator_floor=accumulator_floor,
                           start_reference_batch=_reference_batch(
                               start_reference_batch))
+        # The rows' start (the row default when not chosen).
+        self.row_initial_accumulator_value = (
+            self.sparse_rule.initial_accumulator_value)
+        self._rows_chosen = rows is not _UNSET
 
     def get_config(self):
         config = super().get_config()
         if hasattr(self, "row_initial_accumulator_value"):
+            # None when not chosen: a model's own row default still applies
+            # to the optimizer from_config makes.
             config["row_initial_accumulator_value"] = (
-                self.row_initial_accumulator_value)
+                self.row_initial_accumulator_value if self._rows_chosen
+                else None)
         rule = getattr(self, "sparse_rule", None)
         if rule is not None:  # the rows' own setting (Keras has none)
             config["accumulator_floor"] = rule.accumulator_floor

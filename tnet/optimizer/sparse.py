@@ -11,6 +11,7 @@ or its slot count.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from typing import Any, Callable, Optional, Union
@@ -66,6 +67,9 @@ class SparseRule:
                 raise TypeError(
                     f"{cls_name}() got multiple values for argument {key!r}")
             given[key] = value
+        # What the caller chose (a model's row defaults never replace it:
+        # with_row_defaults).
+        self._chosen = frozenset(given)
         for key, default in self.defaults().items():
             value = given.get(key, default)
             if key == "start_reference_batch":
@@ -101,6 +105,25 @@ class SparseRule:
     def num_slots(self, dim: int) -> int:
         """Floats of optimizer state per row at width `dim` (from C++)."""
         return _slots_from_op(self.name, int(dim))
+
+    def with_row_defaults(self, **values: float) -> "SparseRule":
+        """This rule with other row defaults: each hyperparameter in
+        `values` for which the rule gives table rows a default of tnet's
+        own (`row_defaults`, e.g. Adagrad's accumulator start) and which
+        its caller did not choose takes the value given. A value the user
+        chose, Keras' defaults (FTRL's start) and hyperparameters the
+        rule lacks stay as they are. How a model gives its own layers
+        another default than the library's (tn.models.DeepFM's rows)."""
+        own = {k: v for k, v in values.items()
+               if k in self.row_defaults and k not in self._chosen
+               and k in self.hparams()}
+        if all(getattr(self, k) == float(v) for k, v in own.items()):
+            return self
+        out = copy.copy(self)
+        for key, value in own.items():
+            _check_number(key, value)
+            setattr(out, key, float(value))
+        return out
 
     @classmethod
     def from_keras_config(cls, learning_rate: float,
@@ -240,6 +263,17 @@ class SGD(SparseRule):
 # KERAS_INITIAL_ACCUMULATOR_VALUE.
 ROW_INITIAL_ACCUMULATOR_VALUE = 1e-6
 KERAS_INITIAL_ACCUMULATOR_VALUE = 0.1
+
+# The start of tn.models.DeepFM's embedding rows when the model's
+# optimizer leaves them at ROW_INITIAL_ACCUMULATOR_VALUE (a start the user
+# chose is kept). Each DeepFM row enters every pairwise product of the FM
+# term, so a first step of about the learning rate (from 1e-6) moves the
+# logit more than in Wide&Deep: on the real Criteo and Avazu rows
+# DeepFM's rows do best from 1e-3 to 1e-2 under both criteria, while the
+# README-style Wide&Deep models and the multi-valued model lose 0.011-0.038
+# in one pass from 1e-3 (BENCHMARKS.md "Defaults", DeepFM). Applied with
+# SparseRule.with_row_defaults through EmbeddingFeatures(row_defaults=).
+DEEPFM_ROW_INITIAL_ACCUMULATOR_VALUE = 3e-3
 
 # The learning rate and accumulator start of tn.layers.LinearFeatures'
 # default FTRL (the wide part of tn.models.WideDeep, DeepFM's first-order

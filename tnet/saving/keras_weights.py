@@ -262,14 +262,13 @@ def expected_tables(model) -> Dict[str, tuple]:
     """{table: (dim, num_slots, rule)} of the model's tables, created or
     not (a layer not built yet creates them with its rule, or Adagrad
     before compile)."""
-    from tnet.optimizer import keras as keras_opt  # noqa: PLC0415
     out = {}
     for layer in model.tnet_layers():
         if layer.tables:
             for name, t in layer.tables.items():
                 out[name] = (t.dim, t.num_slots, t.optimizer)
             continue
-        rule = layer._rule or keras_opt.sparse_rule_of("adagrad")
+        rule = layer._rule_or_default()
         for name, cols in layer._groups.items():
             dim = cols[0][1].dimension
             out[name] = (dim, rule.num_slots(dim), rule)

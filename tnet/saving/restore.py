@@ -187,11 +187,33 @@ def _check_tables(tables: Dict[str, SparseTable], chain) -> None:
                     f"{mfile}: table {name!r} does not fit the model: "
                     + "; ".join(problems), mfile)
             attrs = _jsonable(table.optimizer.table_attrs())
-            if _with_later_hparams(info["optimizer"].get("attrs"),
-                                   attrs) != attrs:
-                logger.warning("table %r: optimizer attrs %s in %s differ "
-                               "from the model's %s; restoring anyway", name,
-                               info["optimizer"].get("attrs"), mfile, attrs)
+            saved_attrs = _with_later_hparams(info["optimizer"].get("attrs"),
+                                              attrs)
+            if saved_attrs == attrs:
+                continue
+            starts = _start_only(saved_attrs, attrs)
+            if starts is not None:
+                # A rule reads its accumulator start only when it inserts
+                # a row: the restored rows keep their accumulators.
+                logger.info("table %r: rows inserted from now on start "
+                            "their accumulators at the model's %g (%g in "
+                            "%s); restored rows keep theirs", name,
+                            starts[1], starts[0], mfile)
+                continue
+            logger.warning("table %r: optimizer attrs %s in %s differ "
+                           "from the model's %s; restoring anyway", name,
+                           info["optimizer"].get("attrs"), mfile, attrs)
+
+
+def _start_only(saved, attrs):
+    """(saved, model's) initial_accumulator_value when the two attrs
+    differ in nothing else, else None."""
+    key = "initial_accumulator_value"
+    if not isinstance(saved, dict) or key not in saved or key not in attrs:
+        return None
+    if {**saved, key: attrs[key]} != attrs:
+        return None
+    return float(saved[key]), float(attrs[key])
 
 
 def _with_later_hparams(saved, attrs):
