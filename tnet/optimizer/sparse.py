@@ -267,11 +267,13 @@ KERAS_INITIAL_ACCUMULATOR_VALUE = 0.1
 # The start of tn.models.DeepFM's embedding rows when the model's
 # optimizer leaves them at ROW_INITIAL_ACCUMULATOR_VALUE (a start the user
 # chose is kept). Each DeepFM row enters every pairwise product of the FM
-# term, so a first step of about the learning rate (from 1e-6) moves the
-# logit more than in Wide&Deep: on the real Criteo and Avazu rows
-# DeepFM's rows do best from 1e-3 to 1e-2 under both criteria, while the
-# README-style Wide&Deep models and the multi-valued model lose 0.011-0.038
-# in one pass from 1e-3 (BENCHMARKS.md "Defaults", DeepFM). Applied with
+# term, so (likely; not measured directly) a first step of about the
+# learning rate, which 1e-6 gives, moves the logit more than in
+# Wide&Deep. On the real Criteo and Avazu rows DeepFM does about equally
+# well from any start from 1e-3 to 3e-2 and better than from 1e-6 under
+# both criteria (10 seeds), while the README-style Wide&Deep models and
+# the multi-valued model lose 0.011-0.038 in one pass from 1e-3
+# (BENCHMARKS.md "Defaults", DeepFM). Applied with
 # SparseRule.with_row_defaults through EmbeddingFeatures(row_defaults=).
 DEEPFM_ROW_INITIAL_ACCUMULATOR_VALUE = 3e-3
 
