@@ -55,8 +55,7 @@ class DeepFM(CTRModel):
                                                  name="first_order")
         self.embeddings = layers.EmbeddingFeatures(
             self.embedding_columns, name="fm_embeddings",
-            row_defaults={"initial_accumulator_value":
-                          sparse.DEEPFM_ROW_INITIAL_ACCUMULATOR_VALUE})
+            row_defaults=sparse.DEEPFM_ROW_DEFAULTS)
         self.deep = mlp(hidden_units, "deep")
 
     def logits(self, features, training):

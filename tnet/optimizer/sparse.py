@@ -276,6 +276,9 @@ KERAS_INITIAL_ACCUMULATOR_VALUE = 0.1
 # (BENCHMARKS.md "Defaults", DeepFM). Applied with
 # SparseRule.with_row_defaults through EmbeddingFeatures(row_defaults=).
 DEEPFM_ROW_INITIAL_ACCUMULATOR_VALUE = 3e-3
+# tn.models.DeepFM's EmbeddingFeatures(row_defaults=...).
+DEEPFM_ROW_DEFAULTS = {
+    "initial_accumulator_value": DEEPFM_ROW_INITIAL_ACCUMULATOR_VALUE}
 
 # The learning rate and accumulator start of tn.layers.LinearFeatures'
 # default FTRL (the wide part of tn.models.WideDeep, DeepFM's first-order
@@ -310,6 +313,12 @@ START_REFERENCE_BATCH = 256
 # restores exactly as with it (tnet.saving reads its absence as the
 # model's value, so no warning).
 INSERT_ONLY_HPARAMS = ("start_reference_batch",)
+
+# A row's optimizer-state start: read only when a row is inserted, so a
+# checkpoint whose rows started from another value restores unchanged
+# (tnet.saving says so in one info line); rows inserted afterwards start
+# from the model's.
+START_HPARAMS = ("initial_accumulator_value",)
 
 
 class Adagrad(SparseRule):

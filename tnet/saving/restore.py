@@ -206,14 +206,16 @@ def _check_tables(tables: Dict[str, SparseTable], chain) -> None:
 
 
 def _start_only(saved, attrs):
-    """(saved, model's) initial_accumulator_value when the two attrs
-    differ in nothing else, else None."""
-    key = "initial_accumulator_value"
-    if not isinstance(saved, dict) or key not in saved or key not in attrs:
+    """(saved, model's) row start (sparse.START_HPARAMS) when the two
+    attrs differ in that alone, else None."""
+    from tnet.optimizer import sparse  # noqa: PLC0415
+    if not isinstance(saved, dict):
         return None
-    if {**saved, key: attrs[key]} != attrs:
+    keys = [k for k in sparse.START_HPARAMS
+            if k in saved and k in attrs and saved[k] != attrs[k]]
+    if len(keys) != 1 or {**saved, keys[0]: attrs[keys[0]]} != attrs:
         return None
-    return float(saved[key]), float(attrs[key])
+    return float(saved[keys[0]]), float(attrs[keys[0]])
 
 
 def _with_later_hparams(saved, attrs):
