@@ -161,3 +161,34 @@ def test_bad_pooling_and_stray_query():
     layer = _layer()
     with pytest.raises(ValueError, match="only used with pooling='attention'"):
         layer({"h": _layouts()["padded"]}, query=np.zeros((3, 2), np.float32))
+
+
+def test_attention_with_a_query_warns_of_no_missing_gradient():
+    """With a query the layer's default query is unused: its gradient is
+    zero, not missing, so Keras does not warn at every fit that the
+    variable gets no gradient, and it stays as it was (zeros)."""
+    import logging  # noqa: PLC0415
+
+    import tf_keras  # noqa: PLC0415
+    pool = tn.layers.SequencePooling("attention", dim=4, max_length=3)
+    seq = tf_keras.Input((3, 4))
+    lengths = tf_keras.Input((), dtype="int64")
+    query = tf_keras.Input((2,))
+    out = tf_keras.layers.Dense(1)(pool(seq, lengths, query=query))
+    model = tf_keras.Model([seq, lengths, query], out)
+    model.compile(tf_keras.optimizers.Adagrad(0.1), "mse")
+    rng = np.random.default_rng(0)
+    x = [rng.normal(size=(64, 3, 4)).astype("float32"),
+         rng.integers(0, 4, 64), rng.normal(size=(64, 2)).astype("float32")]
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(handler)
+    try:
+        model.fit(x, rng.normal(size=(64, 1)), batch_size=16, verbose=0)
+    finally:
+        logger.removeHandler(handler)
+    assert not [r for r in records
+                if "Gradients do not exist" in r.getMessage()], records
+    np.testing.assert_array_equal(pool.default_query.numpy(), np.zeros(4))

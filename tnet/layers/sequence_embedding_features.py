@@ -72,7 +72,11 @@ class SequencePooling(tf_keras.layers.Layer):
             q = tf.broadcast_to(self.default_query,
                                 [tf.shape(sequence)[0], dim])
         else:
-            q = self.query_projection(tf.cast(query, sequence.dtype))
+            # + 0 * the default query (unused here): its gradient is zero,
+            # not missing, so Keras does not warn at every step that a
+            # variable gets none; no optimizer moves it (zeros stay zeros).
+            q = (self.query_projection(tf.cast(query, sequence.dtype))
+                 + 0.0 * self.default_query)
         scores = tf.einsum("bld,bd->bl", keys, q) / tf.sqrt(float(dim))
         # distance from the most recent kept event: length - 1 - position
         distance = (lengths[:, tf.newaxis] - 1
