@@ -74,7 +74,10 @@ def test_multi_valued_one_pass_default_beats_former_default():
 WIDE_FTRL_GAIN = 0.007
 
 
-def _wide_deep_one_pass_auc(wide_optimizer):
+def _library_model_one_pass_auc(model_class, row_start=None, **kwargs):
+    """tn.models.<model_class> (Adagrad 0.05, its rows' start `row_start`
+    or the model's default) on the real Criteo rows, one pass: the
+    hold-out AUC."""
     import numpy as np
     import tf_keras
 
@@ -83,11 +86,13 @@ def _wide_deep_one_pass_auc(wide_optimizer):
     from tnet.data.metrics import auc
     tf_keras.utils.set_random_seed(SEED)
     train, evals = user_models.criteo_data(SHARED_DATA, SEED)
-    model = tn.models.WideDeep(
+    model = model_class(
         tn_data.CRITEO_CAT_COLUMNS, tn_data.CRITEO_INT_COLUMNS,
         embedding_dim=8, hidden_units=user_models.HIDDEN,
-        train_metrics=False, wide_optimizer=wide_optimizer)
-    model.compile(tn.optimizer.Adagrad(0.05))
+        train_metrics=False, **kwargs)
+    model.compile(tn.optimizer.Adagrad(0.05, **(
+        {} if row_start is None
+        else {"row_initial_accumulator_value": row_start})))
     model.fit(train, epochs=1, verbose=0)
     labels, scores = [], []
     for features, y in evals:
@@ -101,8 +106,9 @@ def test_wide_deep_one_pass_wide_default_beats_keras_ftrl_start():
     import tnet as tn
     data_file("criteo/dev_head10k.tsv")
     data_file("criteo/train_extra_nonhead.tsv")
-    new = _wide_deep_one_pass_auc(None)
-    old = _wide_deep_one_pass_auc(tn.optimizer.sparse.Ftrl(0.2))
+    new = _library_model_one_pass_auc(tn.models.WideDeep)
+    old = _library_model_one_pass_auc(
+        tn.models.WideDeep, wide_optimizer=tn.optimizer.sparse.Ftrl(0.2))
     print(f"WideDeep on Criteo, one pass: wide FTRL at the default "
           f"{new:.4f}, from Keras' 0.1 {old:.4f}")
     assert new >= old + WIDE_FTRL_GAIN, (new, old)
@@ -118,37 +124,13 @@ def test_wide_deep_one_pass_wide_default_beats_keras_ftrl_start():
 DEEPFM_GAIN = 0.0025
 
 
-def _deepfm_one_pass_auc(row_start=None):
-    import numpy as np
-    import tf_keras
-
-    import tnet as tn
-    from tnet import data as tn_data
-    from tnet.data.metrics import auc
-    tf_keras.utils.set_random_seed(SEED)
-    train, evals = user_models.criteo_data(SHARED_DATA, SEED)
-    model = tn.models.DeepFM(
-        tn_data.CRITEO_CAT_COLUMNS, tn_data.CRITEO_INT_COLUMNS,
-        embedding_dim=8, hidden_units=user_models.HIDDEN,
-        train_metrics=False)
-    kw = ({} if row_start is None
-          else {"row_initial_accumulator_value": row_start})
-    model.compile(tn.optimizer.Adagrad(0.05, **kw))
-    model.fit(train, epochs=1, verbose=0)
-    labels, scores = [], []
-    for features, y in evals:
-        scores.append(np.asarray(model.logits(features, training=False))
-                      .reshape(-1))
-        labels.append(np.asarray(y).reshape(-1))
-    return float(auc(np.concatenate(labels), np.concatenate(scores)))
-
-
 def test_deepfm_one_pass_row_default_beats_the_shared_start():
     import tnet as tn
     data_file("criteo/dev_head10k.tsv")
     data_file("criteo/train_extra_nonhead.tsv")
-    new = _deepfm_one_pass_auc()
-    old = _deepfm_one_pass_auc(tn.optimizer.sparse.ROW_INITIAL_ACCUMULATOR_VALUE)
+    new = _library_model_one_pass_auc(tn.models.DeepFM)
+    old = _library_model_one_pass_auc(
+        tn.models.DeepFM, tn.optimizer.sparse.ROW_INITIAL_ACCUMULATOR_VALUE)
     print(f"DeepFM on Criteo, one pass: rows at DeepFM's default "
           f"{new:.4f}, from the shared {old:.4f}")
     assert new >= old + DEEPFM_GAIN, (new, old)
