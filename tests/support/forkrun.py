@@ -34,7 +34,8 @@ import threading
 import time
 from typing import Optional
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 
 # Read by Python, glibc, the dynamic loader or TensorFlow while a process
 # starts: a command whose values differ cannot share the zygote's start.
@@ -290,7 +291,8 @@ def run(cmd, *, env: Optional[dict] = None, cwd=None,
                 open(paths[n], "wb").close()
             if input is not None:
                 with open(paths["stdin"], "wb") as f:
-                    f.write(input.encode() if isinstance(input, str) else input)
+                    f.write(input.encode() if isinstance(input, str)
+                            else input)
             started = _begin(parsed, env, cwd,
                              paths["stdin"] if input is not None else None,
                              paths["stdout"],
@@ -307,8 +309,9 @@ def run(cmd, *, env: Optional[dict] = None, cwd=None,
                 out = open(paths["stdout"], "rb").read()
                 err = None if merged else open(paths["stderr"], "rb").read()
                 if text:
-                    out, err = (None if b is None else
-                                b.decode("utf-8", "replace") for b in (out, err))
+                    out, err = (None if b is None
+                                else b.decode("utf-8", "replace")
+                                for b in (out, err))
                 res = subprocess.CompletedProcess(cmd, code, out, err)
                 if check:
                     res.check_returncode()
