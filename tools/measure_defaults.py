@@ -585,10 +585,21 @@ def sweep(what: str, early: bool, cases, settings, seeds, jsonl: str,
                 gc.collect()
 
 
+def _paired_difference(a: dict, b: dict) -> float | None:
+    """Mean of a's AUC - b's over the seeds both ran (None: no shared
+    seed): settings run at different seed counts are compared on the
+    same seeds."""
+    theirs = dict(zip(b["seeds"], b["aucs"]))
+    diffs = [x - theirs[k] for k, x in zip(a["seeds"], a["aucs"])
+             if k in theirs]
+    return statistics.fmean(diffs) if diffs else None
+
+
 def sweep_table(jsonl: str) -> tuple[str, list]:
     """Markdown table of a sweep: per case and setting the mean hold-out
     AUC, the spread (max - min over seeds), the per-seed values and the
-    difference to stock and to the best setting of the case."""
+    difference to stock and to the best setting of the case (the best
+    mean; each difference over the seeds both settings ran)."""
     rows = [json.loads(line) for line in open(jsonl) if line.strip()]
     groups: dict = {}
     for r in rows:
@@ -610,15 +621,17 @@ def sweep_table(jsonl: str) -> tuple[str, list]:
              "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for s in summary:
         same = [t for t in summary if t["case"] == s["case"]]
-        stock = next((t["mean"] for t in same if t["setting"] == "stock"),
-                     None)
-        best = max(t["mean"] for t in same if t["setting"] != "stock")
-        vs_stock = "" if stock is None else f"{s['mean'] - stock:+.4f}"
+        stock = next((t for t in same if t["setting"] == "stock"), None)
+        best = max((t for t in same if t["setting"] != "stock"),
+                   key=lambda t: t["mean"])
+        vs = [None if t is None else _paired_difference(s, t)
+              for t in (stock, best)]
+        vs_stock, vs_best = ("" if d is None else f"{d:+.4f}" for d in vs)
         lines.append(
             f"| {s['case']} | {s['setting']} | {len(s['aucs'])} | "
             f"{s['mean']:.4f} | {s['spread']:.4f} | "
             f"{vs_stock} | "
-            f"{s['mean'] - best:+.4f} | "
+            f"{vs_best} | "
             f"{' '.join(f'{a:.4f}' for a in s['aucs'])} | "
             f"{' '.join(str(e) for e in s['epochs'])} |")
     return "\n".join(lines), summary
