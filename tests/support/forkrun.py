@@ -149,9 +149,11 @@ __finish()
 class _Zygote:
     def __init__(self, key: tuple, env: dict):
         self.key = key
+        # Its own output (an import that fails) is kept for the error.
+        self._log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _ZYGOTE], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            stdout=subprocess.PIPE, stderr=self._log, text=True,
             cwd=ROOT, env=env, start_new_session=True)
         self._buf = b""
         self.busy = False  # running a command (one at a time)
@@ -165,8 +167,10 @@ class _Zygote:
             if select.select([fd], [], [], left)[0]:
                 chunk = os.read(fd, 4096)
                 if not chunk:
-                    raise RuntimeError("the forking process died "
-                                       f"(status {self.proc.wait()})")
+                    self._log.seek(0)
+                    said = self._log.read()[-3000:].decode("utf-8", "replace")
+                    raise RuntimeError("the forking process died (status "
+                                       f"{self.proc.wait()}):\n{said}")
                 self._buf += chunk
             elif left is not None and time.monotonic() >= end:
                 raise subprocess.TimeoutExpired("forkrun", timeout)
