@@ -44,15 +44,20 @@ _START_VARS = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL",
                "LD_LIBRARY_PATH", "PYTHONHASHSEED",
                "PYTHONUNBUFFERED", "PYTHONWARNINGS", "PYTHONDONTWRITEBYTECODE",
                "GLIBC_TUNABLES",
-               "OPENBLAS_NUM_THREADS", "TF_USE_LEGACY_KERAS", "TF_CONFIG",
+               "OPENBLAS_NUM_THREADS", "TF_USE_LEGACY_KERAS",
                "TNET_BIND_REEXEC")
+
+# Commands that import all of tnet first thing, as the zygote did. (Not
+# tnet.serving.checks, nor a program that loads an export: their point is
+# a process without tnet's ops.)
+MODULES = ("tnet.train", "tnet.serving.follow")
 
 _ZYGOTE = r"""
 import json, os, runpy, sys
 import tnet as tn
 tn._load()
 import tnet.cli.main, tnet.serving.follow  # noqa: F401 (their imports too)
-for name in ("tnet.train", "tnet.serving.follow"):
+for name in MODULES:
     sys.modules.pop(name, None)   # run_module runs them afresh as __main__
 own = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))
 site_path = [p for p in sys.path[1:] if p not in own]
@@ -152,7 +157,8 @@ class _Zygote:
         # Its own output (an import that fails) is kept for the error.
         self._log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _ZYGOTE], stdin=subprocess.PIPE,
+            [sys.executable, "-c", _ZYGOTE.replace("MODULES", repr(MODULES))],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self._log, text=True,
             cwd=ROOT, env=env, start_new_session=True)
         self._buf = b""
@@ -207,12 +213,6 @@ def _stop() -> None:
 def _key(env: dict) -> tuple:
     malloc = sorted((k, v) for k, v in env.items() if k.startswith("MALLOC_"))
     return tuple(env.get(k) for k in _START_VARS), tuple(malloc)
-
-
-# Commands that import all of tnet first thing, as the zygote did. (Not
-# tnet.serving.checks, nor a program that loads an export: their point is
-# a process without tnet's ops.)
-MODULES = ("tnet.train", "tnet.serving.follow")
 
 
 def _parse(cmd, scripts: bool) -> Optional[tuple]:
