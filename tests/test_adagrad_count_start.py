@@ -167,8 +167,9 @@ def test_checkpointed_run_goes_on_as_the_uninterrupted_one(tmp_path):
 def test_a_checkpoint_from_before_the_settings_restores_without_warning(
         tmp_path, caplog):
     """Checkpoints written before the floor existed do not name it: it
-    reads as its default (0, which is what ran), so no
-    warning; a model given another floor gets the warning."""
+    reads as its default (0, which is what ran), so no warning; a model
+    given another floor restores too, with one info line naming it (the
+    floor changes later updates only)."""
     import json
     import logging
 
@@ -190,5 +191,127 @@ def test_a_checkpoint_from_before_the_settings_restores_without_warning(
     other = tn.models.WideDeep(CATS, ["d0"], embedding_dim=4,
                                hidden_units=[8])
     other.compile(tn.optimizer.Adagrad(0.05, accumulator_floor=1e-3))
+    caplog.set_level(logging.INFO)
     tn.saving.restore(other, tmp_path, progress=quiet)
-    assert [r for r in caplog.records if "differ" in r.getMessage()]
+    assert not [r for r in caplog.records if "differ" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records
+            if "accumulator_floor" in r.getMessage()]
+    assert said == ["table 'embedding': rows update with the model's "
+                    f"accumulator_floor 0.001 from now on (0 in {mfile})"]
+
+
+# ---------------------------------------------------- width-1 rows' default
+def _two_widths(optimizer, floor_given=None):
+    """A model with a width-1 table ("wide") and a width-4 one ("deep"),
+    compiled with `optimizer`; fit once so the tables exist."""
+    import tensorflow as tf
+    import tf_keras
+    from tnet import feature_column as fc
+    from tests.programs.ckpt_train import make_data
+    tf_keras.utils.set_random_seed(5)
+    ids = {c: fc.category_column(c) for c in CATS}
+    wide = tn.layers.EmbeddingFeatures(
+        [fc.embedding_column(ids[c], 1, table="wide") for c in CATS],
+        name="wide")
+    deep = tn.layers.EmbeddingFeatures(
+        [fc.embedding_column(ids[c], 4, table="deep") for c in CATS],
+        name="deep")
+    inputs = {c: tf_keras.Input((), dtype=tf.int64, name=c) for c in CATS}
+    logit = (tf_keras.layers.Dense(1)(deep(inputs))
+             + tf.reduce_sum(wide(inputs), axis=1, keepdims=True))
+    model = tn.Model(inputs, tf_keras.layers.Activation("sigmoid")(logit))
+    model.compile(optimizer, loss="binary_crossentropy")
+    feats, labels = make_data(256, 0)
+    model.fit({c: feats[c] for c in CATS}, labels, batch_size=64, verbose=0)
+    return model, wide.tables["wide"], deep.tables["deep"]
+
+
+def _floors(optimizer):
+    _, wide, deep = _two_widths(optimizer)
+    return tuple(t.optimizer.table_attrs().get("accumulator_floor")
+                 for t in (wide, deep))
+
+
+def test_width1_rows_get_their_floor_unless_one_is_chosen():
+    """Adagrad's (and RowwiseAdagrad's, a stock Keras Adagrad's) width-1
+    tables get sparse.WIDTH1_ACCUMULATOR_FLOOR, wider ones none; a floor
+    the user gives (0 too) holds for every table, also through
+    get_config / from_config; other rules have no floor."""
+    import tf_keras
+    floor = tn.optimizer.sparse.WIDTH1_ACCUMULATOR_FLOOR
+    assert floor > 0
+    assert _floors(tn.optimizer.Adagrad(0.05)) == (floor, 0.0)
+    assert _floors(tn.optimizer.RowwiseAdagrad(0.05)) == (floor, 0.0)
+    assert _floors(tf_keras.optimizers.Adagrad(0.05)) == (floor, 0.0)
+    assert _floors(tn.optimizer.Adagrad(
+        0.05, accumulator_floor=0.0)) == (0.0, 0.0)
+    assert _floors(tn.optimizer.Adagrad(
+        0.05, accumulator_floor=1e-4)) == (1e-4, 1e-4)
+    default = tn.optimizer.Adagrad(0.05)
+    assert default.get_config()["accumulator_floor"] is None
+    assert _floors(tn.optimizer.Adagrad.from_config(
+        default.get_config())) == (floor, 0.0)
+    off = tn.optimizer.Adagrad(0.05, accumulator_floor=0.0)
+    assert _floors(tn.optimizer.Adagrad.from_config(
+        off.get_config())) == (0.0, 0.0)
+    assert _floors(tn.optimizer.Adam(1e-3)) == (None, None)
+
+
+def test_a_model_cannot_switch_the_width1_floor_once_rows_exist():
+    model, wide, _ = _two_widths(tn.optimizer.Adagrad(0.05))
+    with pytest.raises(ValueError, match="layer 'wide': its tables already "
+                       "hold rows for rule Adagrad.*accumulator_floor=3e-05"
+                       ".*cannot switch to Adagrad.*accumulator_floor=0.0"):
+        model.compile(tn.optimizer.Adagrad(0.05, accumulator_floor=0.0),
+                      loss="binary_crossentropy")
+
+
+@pytest.mark.parametrize("batch", [64, 256, 1024])
+def test_the_floor_scales_with_the_batch_as_the_start(batch):
+    """A push of a batch of B examples applies floor * (256 / B)^2 (the
+    start's StartScale): a small gradient on a new row leaves its
+    accumulator at the scaled floor; without start_reference_batch the
+    floor as given."""
+    import tensorflow as tf
+    key = tf.constant([11], tf.int64)
+    g = np.full((1, 1), 1e-3, np.float32)
+    for ref, scale in ((256, (256.0 / batch) ** 2), (None, 1.0)):
+        table = tn.SparseTable(f"scaled{batch}_{ref}", 1, tn.optimizer.Adagrad(
+            0.1, accumulator_floor=1e-2, start_reference_batch=ref),
+            initializer="zeros", num_shards=1)
+        table.pull(key, training=True, batch_size=batch)
+        table.push(key, g, batch_size=batch)
+        np.testing.assert_allclose(np.asarray(table.export()[2]),
+                                   [[1e-2 * scale]], rtol=1e-6)
+
+
+def test_a_checkpoint_without_the_width1_floor_restores_into_the_default(
+        tmp_path, caplog):
+    """Saved with no floor (the former default, here chosen), restored into
+    a model at today's defaults: the rows and accumulators come back as
+    saved, one info line says the wide table's rows update with the floor
+    from now on, no warning."""
+    import logging
+    import tensorflow as tf
+    old, old_wide, _ = _two_widths(tn.optimizer.Adagrad(
+        0.05, accumulator_floor=0.0))
+    tn.saving.save(old, tmp_path, progress=quiet)
+    new, new_wide, _ = _two_widths(tn.optimizer.Adagrad(0.05))
+    caplog.set_level(logging.INFO)
+    tn.saving.restore(new, tmp_path, progress=quiet)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    said = [r.getMessage() for r in caplog.records
+            if "accumulator_floor" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(
+        "table 'wide': rows update with the model's accumulator_floor "
+        "3e-05 from now on (0 in "), said
+    keys = tf.constant(np.arange(0, 400, dtype=np.int64))
+    np.testing.assert_array_equal(new_wide.pull(keys).numpy(),
+                                  old_wide.pull(keys).numpy())
+    np.testing.assert_array_equal(_by_key_slots(new_wide),
+                                  _by_key_slots(old_wide))
+
+
+def _by_key_slots(table):
+    keys, _, slots, _ = table.export()
+    return slots.numpy()[np.argsort(keys.numpy())]

@@ -388,9 +388,10 @@ def fit_and_score(model, opt, train, evals, epochs: int) -> float:
 def run(case: str, side: str, seed: int, kind: str = "adam",
         initializer: Any = None, epochs: int = 2,
         data_dir: pathlib.Path | None = None,
-        accumulator: float | None = None) -> float:
+        accumulator: float | None = None, row: dict | None = None) -> float:
     """One trained model's hold-out AUC. case: "criteo" | "multi_valued" |
-    "avazu"; side: "tnet" | "stock"."""
+    "avazu"; side: "tnet" | "stock"; `row`: tnet Adagrad's row-only
+    hyperparameters (see `optimizer`)."""
     tf_keras.utils.set_random_seed(seed)
     if case == "avazu":
         train, evals = avazu_data(data_dir, seed)
@@ -407,5 +408,5 @@ def run(case: str, side: str, seed: int, kind: str = "adam",
     else:
         raise ValueError(f"unknown case {case!r}")
     return fit_and_score(model, optimizer(kind, side == "stock",
-                                          accumulator=accumulator),
+                                          accumulator=accumulator, row=row),
                          train, evals, epochs)

@@ -92,7 +92,6 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
         self._devices = list(devices) if devices else None
         self._seed = seed
         self.tables: Dict[str, SparseTable] = {}
-        self._table_rule = None
         self._table_options: Dict[str, Any] = {}
         self.set_table_options(min_count=min_count, max_rows=max_rows,
                                admission_capacity=admission_capacity,
@@ -143,13 +142,17 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
         if self._own_optimizer is not None:
             return
         rule = self._rows_rule(keras_opt.sparse_rule_of(optimizer))
-        built = self._table_rule
-        if self.tables and built.table_attrs() != rule.table_attrs():
+        changed = [t for t in self.tables.values()
+                   if t.optimizer.table_attrs()
+                   != _width_rule(rule, t.dim).table_attrs()]
+        if changed:
             if any(int(t.size()) for t in self.tables.values()):
+                t = changed[0]
                 raise ValueError(
                     f"layer {self.name!r}: its tables already hold rows for "
-                    f"rule {built!r}; cannot switch to {rule!r}. Give "
-                    "the layer its own optimizer, or compile before training.")
+                    f"rule {t.optimizer!r}; cannot switch to "
+                    f"{_width_rule(rule, t.dim)!r}. Give the layer its own "
+                    "optimizer, or compile before training.")
             self.tables = {}  # empty: recreate with the new rule
         self._rule = rule
 
@@ -188,13 +191,13 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
         # functional model is built), tables start with Adagrad; compile
         # recreates them, still empty, with the model's rule.
         rule = self._rule_or_default()
-        self._table_rule = rule
         devices = self._devices or _default_devices(self._num_shards)
         with tf.init_scope():
             for table_name, cols in self._groups.items():
                 first = cols[0][1]
                 self.tables[table_name] = SparseTable(
-                    table_name, first.dimension, rule,
+                    table_name, first.dimension, _width_rule(
+                        rule, first.dimension),
                     initializer=first.initializer, num_shards=len(devices),
                     devices=devices, seed=self._seed,
                     **self._options_for(cols))
@@ -440,6 +443,16 @@ def _dense_ids(cat: fc.CategoryColumn, ids) -> tf.Tensor:
             f"[batch, ids] padded with -1 / \"\" (or ragged / sparse), got "
             f"shape {ids.shape}")
     return ids
+
+
+def _width_rule(rule, dim: int):
+    """A table's rule: the layer's, with the row defaults of width-1 rows
+    (sparse.WIDTH1_ROW_DEFAULTS: Adagrad's accumulator floor) where the
+    rows are 1 wide and the user did not choose them."""
+    if dim != 1:
+        return rule
+    from tnet.optimizer import sparse  # noqa: PLC0415
+    return rule.with_row_defaults(**sparse.WIDTH1_ROW_DEFAULTS)
 
 
 def _block_keys(block, salted: bool):

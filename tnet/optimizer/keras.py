@@ -162,11 +162,12 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
       epsilon: as in Keras.
       row_initial_accumulator_value: the table rows' accumulator start
         alone (default, or None: 1e-6, DeepFM's rows 3e-3).
-      accumulator_floor: table rows only (default 0, off): after each
-        update of a row its accumulator is raised to at least this, so a
-        row's first update starts from `row_initial_accumulator_value`
-        and every later one from at least the floor (see
-        tn.optimizer.sparse.Adagrad).
+      accumulator_floor: table rows only: after each update of a row its
+        accumulator is raised to at least this, so a row's first update
+        starts from `row_initial_accumulator_value` and every later one
+        from at least the floor (see tn.optimizer.sparse.Adagrad).
+        Default (None): 0 (off), 3e-5 in tables of width-1 rows (a wide
+        part's weights); 0 turns it off there too.
       start_reference_batch: table rows only (default 256): the batch
         size the rows' start is meant for. A row inserted by a step of B
         examples starts at row_initial_accumulator_value * (256 / B)^2, so
@@ -210,8 +211,11 @@ class Adagrad(tf_keras.optimizers.Adagrad, _TnetOptimizer):
                 self.row_initial_accumulator_value if self._rows_chosen
                 else None)
         rule = getattr(self, "sparse_rule", None)
-        if rule is not None:  # the rows' own setting (Keras has none)
-            config["accumulator_floor"] = rule.accumulator_floor
+        if rule is not None:  # the rows' own setting (Keras has none);
+            # None when not chosen: width-1 rows keep their own default.
+            config["accumulator_floor"] = (
+                rule.accumulator_floor
+                if "accumulator_floor" in rule._chosen else None)  # noqa: SLF001
         return _rule_reference_batch(self, config)
 
 

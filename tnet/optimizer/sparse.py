@@ -280,6 +280,24 @@ DEEPFM_ROW_INITIAL_ACCUMULATOR_VALUE = 3e-3
 DEEPFM_ROW_DEFAULTS = {
     "initial_accumulator_value": DEEPFM_ROW_INITIAL_ACCUMULATOR_VALUE}
 
+# The accumulator floor of Adagrad (and RowwiseAdagrad) rows of width 1
+# when the user did not choose one: after its first update, a row's
+# accumulator is at least this (see Adagrad's accumulator_floor), scaled
+# with the batch like the start. A width-1 row is one id's weight in a
+# logit (the wide part of a README-style model); from a start of 1e-6
+# every update moves it by about the learning rate, however small its
+# gradient, which in one pass over the real Avazu rows costs 0.005 AUC
+# against the best setting measured (the wide rows' floor 3e-4). Wider
+# rows keep no floor (it slows their deep part; the multi-valued model
+# loses 0.008 with a floor on its dim-8 rows). 3e-5 is the largest floor
+# measured that keeps every README-style model within 0.003 AUC of its
+# best setting in one pass (10 seeds: Criteo +0.0019, Avazu +0.0026 over
+# no floor, the multi-valued model -0.0026; BENCHMARKS.md "Defaults").
+# Applied by tn.layers.EmbeddingFeatures to its width-1 tables with
+# SparseRule.with_row_defaults.
+WIDTH1_ACCUMULATOR_FLOOR = 3e-5
+WIDTH1_ROW_DEFAULTS = {"accumulator_floor": WIDTH1_ACCUMULATOR_FLOOR}
+
 # The learning rate and accumulator start of tn.layers.LinearFeatures'
 # default FTRL (the wide part of tn.models.WideDeep, DeepFM's first-order
 # term). From Keras' start 0.1 a rare id's weight barely moves in one
@@ -320,6 +338,11 @@ INSERT_ONLY_HPARAMS = ("start_reference_batch",)
 # from the model's.
 START_HPARAMS = ("initial_accumulator_value",)
 
+# Hyperparameters that change how rows update from now on and nothing of
+# what is stored: a checkpoint written with another value restores
+# unchanged (tnet.saving says so in one info line).
+FORWARD_HPARAMS = ("accumulator_floor",)
+
 
 class Adagrad(SparseRule):
     """Element-wise Adagrad, row for row as ResourceSparseApplyAdagradV2.
@@ -339,19 +362,21 @@ class Adagrad(SparseRule):
     large batches (see START_REFERENCE_BATCH). None: the start as given
     at every batch size.
 
-    `accumulator_floor` (tnet's own, 0 by default: off) makes a row's
-    start depend on its update count: after each update of a row, acc =
-    max(acc, floor), so its first update runs from
-    initial_accumulator_value and every later one from at least the
-    floor. Measured as a default and not chosen (it depends on the scale
-    of the gradients; BENCHMARKS.md "Defaults"); it can help a model
-    trained for several epochs (early-stopped). No extra slot:
-    checkpoints keep it.
+    `accumulator_floor` (tnet's own) makes a row's start depend on its
+    update count: after each update of a row, acc = max(acc, floor), so
+    its first update runs from initial_accumulator_value and every later
+    one from at least the floor (scaled with the batch like the start).
+    By default 0 (off), except in tables of width-1 rows, where
+    tn.layers.EmbeddingFeatures gives it WIDTH1_ACCUMULATOR_FLOOR (3e-5)
+    unless the user chose one: a width-1 row is a weight in a logit and
+    learns better in one pass with it; wider rows learn worse
+    (BENCHMARKS.md "Defaults"). No extra slot: checkpoints keep it.
     """
 
     name = "adagrad"
     keras_name = "adagrad"
     row_defaults = {"initial_accumulator_value": ROW_INITIAL_ACCUMULATOR_VALUE,
+                    "accumulator_floor": 0.0,
                     "start_reference_batch": START_REFERENCE_BATCH}
 
 

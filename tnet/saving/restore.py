@@ -157,6 +157,7 @@ def _ensure_tables(model) -> Dict[str, SparseTable]:
 
 
 def _check_tables(tables: Dict[str, SparseTable], chain) -> None:
+    from tnet.optimizer import sparse  # noqa: PLC0415
     for cpath, manifest in chain:
         mfile = os.path.join(cpath, MANIFEST)
         saved = manifest["tables"]
@@ -191,31 +192,38 @@ def _check_tables(tables: Dict[str, SparseTable], chain) -> None:
                                               attrs)
             if saved_attrs == attrs:
                 continue
-            starts = _start_only(saved_attrs, attrs)
-            if starts is not None:
-                # A rule reads its accumulator start only when it inserts
-                # a row: the restored rows keep their accumulators.
-                logger.info("table %r: rows inserted from now on start "
-                            "their accumulators at the model's %g (%g in "
-                            "%s); restored rows keep theirs", name,
-                            starts[1], starts[0], mfile)
+            changes = _forward_only(saved_attrs, attrs)
+            if changes is not None:
+                for key, was, now in changes:
+                    if key in sparse.START_HPARAMS:
+                        # A rule reads its accumulator start only when it
+                        # inserts a row: the restored rows keep theirs.
+                        logger.info("table %r: rows inserted from now on "
+                                    "start their accumulators at the "
+                                    "model's %g (%g in %s); restored rows "
+                                    "keep theirs", name, now, was, mfile)
+                    else:
+                        logger.info("table %r: rows update with the "
+                                    "model's %s %g from now on (%g in %s)",
+                                    name, key, now, was, mfile)
                 continue
             logger.warning("table %r: optimizer attrs %s in %s differ "
                            "from the model's %s; restoring anyway", name,
                            info["optimizer"].get("attrs"), mfile, attrs)
 
 
-def _start_only(saved, attrs):
-    """(saved, model's) row start (sparse.START_HPARAMS) when the two
-    attrs differ in that alone, else None."""
+def _forward_only(saved, attrs):
+    """[(hyperparameter, saved, model's)] when the two attrs differ only
+    in hyperparameters that leave stored rows as they are (the row start,
+    sparse.START_HPARAMS, and sparse.FORWARD_HPARAMS), else None."""
     from tnet.optimizer import sparse  # noqa: PLC0415
     if not isinstance(saved, dict):
         return None
-    keys = [k for k in sparse.START_HPARAMS
+    keys = [k for k in sparse.START_HPARAMS + sparse.FORWARD_HPARAMS
             if k in saved and k in attrs and saved[k] != attrs[k]]
-    if len(keys) != 1 or {**saved, keys[0]: attrs[keys[0]]} != attrs:
+    if not keys or {**saved, **{k: attrs[k] for k in keys}} != attrs:
         return None
-    return float(saved[keys[0]]), float(attrs[keys[0]])
+    return [(k, float(saved[k]), float(attrs[k])) for k in keys]
 
 
 def _with_later_hparams(saved, attrs):

@@ -15,6 +15,9 @@
 // no larger than from a start at the floor: gradients much smaller than
 // sqrt(floor) then move the row in proportion to their size instead of
 // by about the learning rate.
+// With start_reference_batch set, a push of a batch of B examples applies
+// the floor times StartScale (rules.h), as the start: the same floor acts
+// the same at every batch size.
 #ifndef TNET_OPS_OPTIMIZERS_ADAGRAD_H_
 #define TNET_OPS_OPTIMIZERS_ADAGRAD_H_
 
