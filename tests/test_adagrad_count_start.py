@@ -196,8 +196,8 @@ def test_a_checkpoint_from_before_the_settings_restores_without_warning(
     assert not [r for r in caplog.records if "differ" in r.getMessage()]
     said = [r.getMessage() for r in caplog.records
             if "accumulator_floor" in r.getMessage()]
-    assert said == ["table 'embedding': rows update with the model's "
-                    f"accumulator_floor 0.001 from now on (0 in {mfile})"]
+    assert said == ["table 'embedding': the model's accumulator_floor "
+                    f"0.001 applies from now on (0 in {mfile})"]
 
 
 # ---------------------------------------------------- width-1 rows' default
@@ -303,8 +303,8 @@ def test_a_checkpoint_without_the_width1_floor_restores_into_the_default(
     said = [r.getMessage() for r in caplog.records
             if "accumulator_floor" in r.getMessage()]
     assert len(said) == 1 and said[0].startswith(
-        "table 'wide': rows update with the model's accumulator_floor "
-        "3e-05 from now on (0 in "), said
+        "table 'wide': the model's accumulator_floor 3e-05 applies from "
+        "now on (0 in "), said
     keys = tf.constant(np.arange(0, 400, dtype=np.int64))
     np.testing.assert_array_equal(new_wide.pull(keys).numpy(),
                                   old_wide.pull(keys).numpy())

@@ -126,8 +126,8 @@ def test_checkpoint_with_the_shared_start_restores_unchanged(tmp_path,
     assert_same_tables(snapshot(old), snapshot(restored))
     np.testing.assert_allclose(_new_row_start(restored.embeddings),
                                [DEEPFM_START] * 4, rtol=1e-6)
-    # A difference beyond the start still warns.
-    other = _deepfm(tn.optimizer.Adagrad(0.05, accumulator_floor=1e-3))
+    # A difference in the update itself still warns.
+    other = _deepfm(tn.optimizer.Adagrad(0.05, epsilon=1e-3))
     tn.saving.restore(other, tmp_path, progress=quiet)
     assert [r for r in caplog.records if "optimizer attrs" in r.getMessage()
             and "differ" in r.getMessage()]

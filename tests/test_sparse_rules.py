@@ -38,6 +38,7 @@ RULES_H = ROOT / "tnet_ops" / "optimizers" / "rules.h"
 # list to keep in step.
 ALLOWED = {
     "tnet/optimizer/sparse.py": {"initial_accumulator_value",
+                                 "accumulator_floor",
                                  "start_reference_batch"},
     "tnet/optimizer/keras.py": {"initial_accumulator_value", "epsilon",
                                 "accumulator_floor", "start_reference_batch"},

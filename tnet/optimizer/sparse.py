@@ -329,7 +329,7 @@ START_REFERENCE_BATCH = 256
 # Hyperparameters that decide only how rows inserted from now on start,
 # not what stored state means: a checkpoint written before one existed
 # restores exactly as with it (tnet.saving reads its absence as the
-# model's value, so no warning).
+# model's value, so no warning; another value: an info line).
 INSERT_ONLY_HPARAMS = ("start_reference_batch",)
 
 # A row's optimizer-state start: read only when a row is inserted, so a

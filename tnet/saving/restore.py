@@ -203,9 +203,9 @@ def _check_tables(tables: Dict[str, SparseTable], chain) -> None:
                                     "model's %g (%g in %s); restored rows "
                                     "keep theirs", name, now, was, mfile)
                     else:
-                        logger.info("table %r: rows update with the "
-                                    "model's %s %g from now on (%g in %s)",
-                                    name, key, now, was, mfile)
+                        logger.info("table %r: the model's %s %g applies "
+                                    "from now on (%g in %s)", name, key,
+                                    now, was, mfile)
                 continue
             logger.warning("table %r: optimizer attrs %s in %s differ "
                            "from the model's %s; restoring anyway", name,
@@ -215,11 +215,13 @@ def _check_tables(tables: Dict[str, SparseTable], chain) -> None:
 def _forward_only(saved, attrs):
     """[(hyperparameter, saved, model's)] when the two attrs differ only
     in hyperparameters that leave stored rows as they are (the row start,
-    sparse.START_HPARAMS, and sparse.FORWARD_HPARAMS), else None."""
+    sparse.START_HPARAMS, INSERT_ONLY_HPARAMS and FORWARD_HPARAMS), else
+    None."""
     from tnet.optimizer import sparse  # noqa: PLC0415
     if not isinstance(saved, dict):
         return None
-    keys = [k for k in sparse.START_HPARAMS + sparse.FORWARD_HPARAMS
+    keys = [k for k in (sparse.START_HPARAMS + sparse.INSERT_ONLY_HPARAMS
+                        + sparse.FORWARD_HPARAMS)
             if k in saved and k in attrs and saved[k] != attrs[k]]
     if not keys or {**saved, **{k: attrs[k] for k in keys}} != attrs:
         return None

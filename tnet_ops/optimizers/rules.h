@@ -196,6 +196,16 @@ inline void InitSlotsScaled(const OptimizerConfig& c, int dim,
   });
 }
 
+// The rule's config for a push of a batch StartScale(c, B) = start_scale:
+// the accumulator floor (Adagrad, RowwiseAdagrad) is in the start's units,
+// so it is scaled the same way, at every update (nothing stored changes).
+inline OptimizerConfig ConfigForPush(const OptimizerConfig& c,
+                                     float start_scale) {
+  OptimizerConfig scaled = c;
+  scaled.accumulator_floor *= start_scale;
+  return scaled;
+}
+
 inline int NumSlotsFor(int rule, int dim) {
   return DispatchRule(rule, [dim](auto r) { return decltype(r)::NumSlots(dim); });
 }

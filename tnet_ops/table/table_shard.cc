@@ -586,10 +586,7 @@ bool TableShard::PushWithRule(const int64_t* keys, int64_t n,
   }
   const uint32_t* hint = pulled.empty() ? nullptr : pulled.data();
   const int dim = config_.dim;
-  // The accumulator floor is in the start's units (squared gradients at
-  // the reference batch), so it scales with the batch as the start does.
-  OptimizerConfig oc = config_.optimizer;
-  oc.accumulator_floor *= start_scale;
+  const OptimizerConfig oc = ConfigForPush(config_.optimizer, start_scale);
   std::atomic<bool> all_ok{true};
   run(config_.num_stripes, (n / config_.num_stripes + 1) * (4 * dim + 60),
       [&](int64_t begin, int64_t end) {
