@@ -277,3 +277,50 @@ def test_adagrad_rows_start_near_zero_dense_keeps_keras_start():
     opt.apply_gradients([(tf.constant([1.0, 1.0]), var)])
     np.testing.assert_allclose(opt.variables()[-1].numpy(), [1.1, 1.1],
                                rtol=1e-6)
+
+
+def test_keras_row_settings_give_a_keras_embeddings_update():
+    """Rows at Keras' settings (start 0.1, start_reference_batch=None)
+    against a tf_keras Embedding under tf_keras Adagrad, from the same
+    values, under a softmax loss summed over a batch of 512 with repeated
+    ids (what tfrs' Retrieval does): equal to float rounding after every
+    step. At tnet's row defaults (1e-6, scaled by the batch) they part."""
+    import tf_keras
+    rng = np.random.default_rng(0)
+    vocab, dim, batch = 50, 4, 512
+    ids = rng.zipf(1.5, size=(4, batch)) % vocab
+    query = tf.constant(rng.normal(size=(batch, dim)).astype(np.float32))
+
+    def loss(rows):
+        logits = tf.matmul(query, rows, transpose_b=True)
+        return tf.reduce_sum(tf.nn.softmax_cross_entropy_with_logits(
+            tf.eye(batch), logits))
+
+    def worst_difference(optimizer):
+        table = tn.SparseTable("rows", dim, optimizer.sparse_rule,
+                               initializer="uniform", num_shards=1)
+        keys = tf.constant(np.arange(vocab, dtype=np.int64))
+        start = table.pull(keys, training=True).numpy()
+        emb = tf_keras.layers.Embedding(vocab, dim, embeddings_initializer=(
+            tf_keras.initializers.Constant(start)))
+        emb.build((None,))
+        keras_opt = tf_keras.optimizers.Adagrad(0.1)
+        worst = 0.0
+        for step in ids:
+            step = tf.constant(step.astype(np.int64))
+            with tf.GradientTape(persistent=True) as tape:
+                rows = table.pull(step, training=True, batch_size=batch)
+                tape.watch(rows)
+                mine, stock = loss(rows), loss(emb(step))
+            table.push(step, tape.gradient(mine, rows), learning_rate=0.1,
+                       batch_size=batch)
+            keras_opt.apply_gradients(
+                [(tape.gradient(stock, emb.embeddings), emb.embeddings)])
+            worst = max(worst, float(np.abs(
+                table.pull(keys).numpy() - emb.embeddings.numpy()).max()))
+        return worst
+
+    assert worst_difference(tn.optimizer.Adagrad(
+        0.1, row_initial_accumulator_value=0.1,
+        start_reference_batch=None)) < 1e-6
+    assert worst_difference(tn.optimizer.Adagrad(0.1)) > 1e-3
