@@ -292,7 +292,7 @@ DEEPFM_ROW_DEFAULTS = {
 # loses 0.008 with a floor on its dim-8 rows). 3e-5 is the largest floor
 # measured that keeps every README-style model within 0.003 AUC of its
 # best setting in one pass (10 seeds: Criteo +0.0019, Avazu +0.0026 over
-# no floor, the multi-valued model -0.0026; BENCHMARKS.md "Defaults").
+# no floor, the multi-valued model -0.0025; BENCHMARKS.md "Defaults").
 # Applied by tn.layers.EmbeddingFeatures to its width-1 tables with
 # SparseRule.with_row_defaults.
 WIDTH1_ACCUMULATOR_FLOOR = 3e-5
