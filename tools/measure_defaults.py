@@ -389,7 +389,22 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
 
     import tnet as tn
     from tnet.data.metrics import auc as auc_of
-    layer_opts = None
+    layer_opts, kind, init = None, "adagrad", None
+    if setting in ("adam", "stock-adam") or setting.startswith("init:"):
+        # "adam" / "stock-adam": Adam at Keras' defaults for the whole
+        # model (tnet: tn.optimizer.Adam, rows corrected by their own
+        # update count); "init:KEY": tnet at its defaults with the tables'
+        # initializer CANDIDATES[KEY] (criteo, avazu, multi_valued).
+        if case not in ("criteo", "avazu", "multi_valued"):
+            raise SystemExit(f"{setting}: criteo, avazu, multi_valued only")
+        if setting.startswith("init:"):
+            if setting[5:] not in CANDIDATES:
+                raise SystemExit(f"{setting}: one of "
+                                 f"{sorted(CANDIDATES)} after init:")
+            init = CANDIDATES[setting[5:]]
+        else:
+            kind = "adam"
+        setting = "stock" if setting == "stock-adam" else "default"
     if setting.startswith(("wide:", "deep:")):
         # "wide:A>L" / "deep:A>L" (criteo, avazu, multi_valued): only that
         # layer's tables get Adagrad rows from A with the floor L (its own
@@ -458,12 +473,12 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
         if case == "criteo":
             data = user_models.criteo_data(dd, seed, val_rows=vr)
             model = (user_models.criteo_user_wide_deep(
-                layer_optimizers=layer_opts) if side == "tnet"
+                init, layer_optimizers=layer_opts) if side == "tnet"
                      else user_models.criteo_stock_wide_deep())
         elif case == "avazu":
             data = user_models.avazu_data(dd, seed, val_rows=vr)
             model = (user_models.avazu_user_wide_deep(
-                layer_optimizers=layer_opts) if side == "tnet"
+                init, layer_optimizers=layer_opts) if side == "tnet"
                      else user_models.avazu_stock_wide_deep())
         elif case in ("criteo_wd", "avazu_wd"):
             # tnet's own tn.models.WideDeep (as the CLI builds it: deep
@@ -513,14 +528,14 @@ def criterion_run(case: str, setting: str, seed: int, early: bool,
         elif case == "multi_valued":
             data = user_models.multi_valued_data(seed, val_rows=vr)
             model = (user_models.multi_valued_user_model(
-                layer_optimizers=layer_opts) if side == "tnet"
+                init, layer_optimizers=layer_opts) if side == "tnet"
                      else user_models.multi_valued_stock_model())
         else:
             raise SystemExit(f"unknown case {case!r}; one of {SWEEP_CASES}")
         train, val, hold = (data if early else (data[0], None, data[1]))
         if train_batch:
             train = train.unbatch().batch(train_batch)
-        opt = user_models.optimizer("adagrad", side == "stock",
+        opt = user_models.optimizer(kind, side == "stock",
                                     accumulator=acc, row=row)
         if case.endswith(("_wd", "_deepfm")) and side == "tnet":
             model.compile(opt)    # its own loss and AUC metric
@@ -691,7 +706,9 @@ def main() -> None:
                    "val_auc (patience 1, best weights restored)")
     p.add_argument("--settings", default="stock,default,0.1,0.03,0.01,1e-3,"
                    "1e-6", help="with --one_pass/--early_stopping: "
-                   "stock | default | A | A/F (see parse_setting)")
+                   "stock | default | A | A/F (see parse_setting) | adam | "
+                   "stock-adam | init:KEY (a CANDIDATES initializer; see "
+                   "criterion_run)")
     p.add_argument("--batch", type=int, default=None,
                    help="with --one_pass/--early_stopping on criteo, avazu, "
                    "multi_valued: train in batches of this many examples "
