@@ -162,10 +162,14 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
 
     def _rule_or_default(self):
         """The layer's in-table rule: its own or the attached model's, or
-        before compile Adagrad's defaults (with the layer's row defaults):
-        what its tables are created with."""
+        before compile Adagrad's defaults (with the layer's row defaults)."""
         return self._rule or self._rows_rule(
             keras_opt.sparse_rule_of("adagrad"))
+
+    def _table_rule(self, dim: int):
+        """The rule a table of rows `dim` wide is created with: the
+        layer's, with the width-1 row defaults where they apply."""
+        return _width_rule(self._rule_or_default(), dim)
 
     def _learning_rate_fn(self):
         """The layer's own learning rate as a callable of the step (the
@@ -190,14 +194,13 @@ class EmbeddingFeatures(tf_keras.layers.Layer):
         # Before a tn.Model compile attaches its optimizer (e.g. when a
         # functional model is built), tables start with Adagrad; compile
         # recreates them, still empty, with the model's rule.
-        rule = self._rule_or_default()
         devices = self._devices or _default_devices(self._num_shards)
         with tf.init_scope():
             for table_name, cols in self._groups.items():
                 first = cols[0][1]
                 self.tables[table_name] = SparseTable(
-                    table_name, first.dimension, _width_rule(
-                        rule, first.dimension),
+                    table_name, first.dimension,
+                    self._table_rule(first.dimension),
                     initializer=first.initializer, num_shards=len(devices),
                     devices=devices, seed=self._seed,
                     **self._options_for(cols))

@@ -268,9 +268,9 @@ def expected_tables(model) -> Dict[str, tuple]:
             for name, t in layer.tables.items():
                 out[name] = (t.dim, t.num_slots, t.optimizer)
             continue
-        rule = layer._rule_or_default()
         for name, cols in layer._groups.items():
             dim = cols[0][1].dimension
+            rule = layer._table_rule(dim)
             out[name] = (dim, rule.num_slots(dim), rule)
     return out
 
